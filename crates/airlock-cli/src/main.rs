@@ -1,0 +1,44 @@
+//! The `airlock` binary: parses the command line, wires the libraries
+//! together and renders results. No business logic lives here.
+
+mod sandbox_cmd;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Airlock: run AI agents and automation scripts on your own machines; the
+/// agent can use the model, but it cannot have the key.
+#[derive(Debug, Parser)]
+#[command(name = "airlock", version, about, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run commands inside the airlock sandbox.
+    Sandbox {
+        #[command(subcommand)]
+        command: sandbox_cmd::SandboxCommand,
+    },
+}
+
+fn main() -> ExitCode {
+    // Must run before anything else: when this process is a sandbox init,
+    // this call never returns.
+    airlock_sandbox::init::main_if_requested();
+
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let code = if e.use_stderr() { airlock_sandbox::EXIT_SANDBOX_FAILED } else { 0 };
+            let _ = e.print();
+            return ExitCode::from(u8::try_from(code).unwrap_or(1));
+        }
+    };
+    match cli.command {
+        Command::Sandbox { command } => sandbox_cmd::run(command),
+    }
+}

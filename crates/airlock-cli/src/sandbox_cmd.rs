@@ -1,0 +1,224 @@
+//! `airlock sandbox exec` (SBX-7).
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use airlock_sandbox::{Broker, DriverChoice, EXIT_SANDBOX_FAILED, LaunchError, Limits, SandboxRequest, SandboxSpec};
+use clap::{Args, Subcommand, ValueEnum};
+use serde_json::json;
+
+#[derive(Debug, Subcommand)]
+pub enum SandboxCommand {
+    /// Run one command in a fresh sandbox and report what happened.
+    ///
+    /// Exit status: the command's own, 128+N when killed by signal N, or 125
+    /// when the sandbox itself could not start (with a one-line reason on
+    /// stderr).
+    Exec(ExecArgs),
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum DriverArg {
+    Auto,
+    Namespaces,
+    Landlock,
+    Uncontained,
+}
+
+#[derive(Debug, Args)]
+pub struct ExecArgs {
+    /// Allow egress to HOST[:PORT] through the sandbox's proxy (repeatable).
+    #[arg(long = "allow", value_name = "HOST[:PORT]")]
+    allow: Vec<String>,
+    /// Give the sandbox a credential channel (repeatable).
+    #[arg(long = "channel", value_name = "NAME")]
+    channel: Vec<String>,
+    /// Wall-clock limit in seconds, start-up included.
+    #[arg(long, value_name = "SECS", default_value_t = 60.0)]
+    timeout: f64,
+    /// Seconds between SIGTERM and SIGKILL after the timeout.
+    #[arg(long, value_name = "SECS", default_value_t = 2.0)]
+    grace: f64,
+    /// Memory limit in MiB.
+    #[arg(long, value_name = "MIB")]
+    memory: Option<u64>,
+    /// Limit on processes and threads.
+    #[arg(long, value_name = "N")]
+    pids: Option<u64>,
+    /// CPU bandwidth in cores (e.g. 0.5).
+    #[arg(long, value_name = "CORES")]
+    cpus: Option<f64>,
+    /// Directory the command may write (repeatable); bound at the same path.
+    #[arg(long = "writable", value_name = "DIR")]
+    writable: Vec<PathBuf>,
+    /// Directory the command may read (repeatable); bound read-only.
+    #[arg(long = "readonly", value_name = "DIR")]
+    readonly: Vec<PathBuf>,
+    /// Working directory (inside a writable or read-only root).
+    #[arg(long, value_name = "DIR")]
+    cwd: Option<PathBuf>,
+    /// Set an environment variable inside (repeatable; loader and
+    /// interpreter variables are refused).
+    #[arg(long = "env", value_name = "NAME=VALUE")]
+    env: Vec<String>,
+    /// Bytes of stdout and of stderr to keep (the rest is counted).
+    #[arg(long, value_name = "BYTES", default_value_t = 1 << 20)]
+    output_budget: usize,
+    /// Refuse to run (exit 125, containment_unavailable) unless full
+    /// containment and every requested limit are in force.
+    #[arg(long)]
+    require_containment: bool,
+    /// Sandbox driver.
+    #[arg(long, value_enum, default_value = "auto")]
+    driver: DriverArg,
+    /// Print exactly one JSON object on stdout instead of passing output through.
+    #[arg(long)]
+    json: bool,
+    /// The command and its arguments.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    command: Vec<String>,
+}
+
+pub fn run(cmd: SandboxCommand) -> ExitCode {
+    match cmd {
+        SandboxCommand::Exec(args) => exec(args),
+    }
+}
+
+fn fail(json_mode: bool, code: &str, message: &str) -> ExitCode {
+    eprintln!("airlock: {code}: {message}");
+    if json_mode {
+        let obj = json!({"error": {"code": code, "message": message}, "exit_code": null});
+        println!("{obj}");
+    }
+    ExitCode::from(EXIT_SANDBOX_FAILED as u8)
+}
+
+fn secs(v: f64, what: &str) -> Result<Duration, String> {
+    if !v.is_finite() || v <= 0.0 || v > 7.0 * 24.0 * 3600.0 {
+        return Err(format!("{what} must be a positive number of seconds up to 7 days"));
+    }
+    Ok(Duration::from_secs_f64(v))
+}
+
+fn exec(a: ExecArgs) -> ExitCode {
+    if !a.allow.is_empty() || !a.channel.is_empty() {
+        return fail(
+            a.json,
+            "egress_unavailable",
+            "egress not available: --allow and --channel need the egress proxy, which this build does not have yet; the sandbox has no network",
+        );
+    }
+    let timeout = match secs(a.timeout, "--timeout") {
+        Ok(t) => t,
+        Err(e) => return fail(a.json, "invalid_argument", &e),
+    };
+    let grace = match secs(a.grace, "--grace") {
+        Ok(t) => t,
+        Err(e) => return fail(a.json, "invalid_argument", &e),
+    };
+    let mut env = Vec::new();
+    for kv in &a.env {
+        match kv.split_once('=') {
+            Some((k, v)) => env.push((k.to_string(), v.to_string())),
+            None => return fail(a.json, "invalid_argument", &format!("--env {kv:?} must be NAME=VALUE")),
+        }
+    }
+    let cpu_millicores = match a.cpus {
+        None => None,
+        Some(c) if c.is_finite() && c > 0.0 && c <= 1024.0 => Some((c * 1000.0).round() as u64),
+        Some(_) => return fail(a.json, "invalid_argument", "--cpus must be between 0 and 1024"),
+    };
+    let memory_bytes = match a.memory {
+        None => None,
+        Some(m) if m > 0 && m <= 1 << 30 => Some(m << 20),
+        Some(_) => return fail(a.json, "invalid_argument", "--memory must be between 1 and 2^30 MiB"),
+    };
+    let req = SandboxRequest {
+        argv: a.command.clone(),
+        cwd: a.cwd.clone(),
+        writable: a.writable.clone(),
+        readonly: a.readonly.clone(),
+        env,
+        timeout: Some(timeout),
+        grace: Some(grace),
+        limits: Limits {
+            memory_bytes,
+            pids: a.pids,
+            cpu_millicores,
+            ..Limits::default()
+        },
+        output_budget: Some(a.output_budget),
+        driver: match a.driver {
+            DriverArg::Auto => DriverChoice::Auto,
+            DriverArg::Namespaces => DriverChoice::Namespaces,
+            DriverArg::Landlock => DriverChoice::Landlock,
+            DriverArg::Uncontained => DriverChoice::Uncontained,
+        },
+        require_containment: a.require_containment,
+    };
+    let spec = match SandboxSpec::parse(req) {
+        Ok(s) => s,
+        Err(e) => return fail(a.json, "invalid_argument", &e.to_string()),
+    };
+    if spec.driver() == DriverChoice::Uncontained {
+        eprintln!("airlock: warning: driver 'uncontained' runs the command WITHOUT any sandbox (development only)");
+    }
+    let result = match Broker::new().run(&spec) {
+        Ok(r) => r,
+        Err(e) => {
+            if a.json
+                && let LaunchError::ContainmentUnavailable { missing, report } = &e
+            {
+                eprintln!("airlock: containment_unavailable: {}", missing.join(", "));
+                let obj = json!({
+                    "error": {"code": "containment_unavailable", "message": e.to_string(), "missing": missing},
+                    "exit_code": null,
+                    "containment": report,
+                });
+                println!("{obj}");
+                return ExitCode::from(EXIT_SANDBOX_FAILED as u8);
+            }
+            return fail(a.json, e.reason(), &e.to_string());
+        }
+    };
+    let code = result.status_code();
+    if a.json {
+        let obj = json!({
+            "exit_code": result.exit_code,
+            "signal": result.signal,
+            "timed_out": result.timed_out,
+            "duration_ms": result.duration_ms,
+            "stdout": result.stdout.text(),
+            "stderr": result.stderr.text(),
+            "stdout_bytes": result.stdout.total_bytes,
+            "stdout_dropped": result.stdout.dropped_bytes,
+            "stderr_bytes": result.stderr.total_bytes,
+            "stderr_dropped": result.stderr.dropped_bytes,
+            "limit_hits": result.limit_hits,
+            "containment": result.containment,
+            "executable": result.executable,
+            "egress": {"allowed": 0, "denied": 0, "bytes_up": 0, "bytes_down": 0},
+        });
+        println!("{obj}");
+    } else {
+        let mut out = std::io::stdout().lock();
+        let _ = out.write_all(&result.stdout.bytes);
+        let _ = out.flush();
+        let mut err = std::io::stderr().lock();
+        let _ = err.write_all(&result.stderr.bytes);
+        if result.timed_out {
+            let _ = writeln!(err, "airlock: timed out after {} ms", result.duration_ms);
+        }
+        if result.stdout.truncated() || result.stderr.truncated() {
+            let _ = writeln!(
+                err,
+                "airlock: output truncated ({} stdout and {} stderr bytes dropped)",
+                result.stdout.dropped_bytes, result.stderr.dropped_bytes
+            );
+        }
+    }
+    ExitCode::from(u8::try_from(code.clamp(0, 255)).unwrap_or(EXIT_SANDBOX_FAILED as u8))
+}

@@ -1,0 +1,530 @@
+//! The broker: the one place that creates workload processes (SBX-1).
+//!
+//! [`Broker::run`] resolves the executable (SBX-2), creates the cgroup,
+//! starts the sandbox init (or, for the `uncontained` driver, the workload
+//! itself), drains stdout and stderr into bounded buffers, enforces the
+//! timeout — which starts before anything is spawned, so it includes
+//! start-up — with a grace period and then a kill of the whole tree, and
+//! returns one [`RunResult`].
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Write};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::process::ExitStatusExt;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use serde::Serialize;
+
+use crate::cgroup::{Cgroup, CgroupLimits};
+use crate::env;
+use crate::exe::{ExeError, ExecutableIdentity, ResolvedExecutable};
+use crate::output::{Captured, drain};
+use crate::report::{ContainmentReport, Guarantee, Level};
+use crate::spec::{self, DriverChoice, SandboxSpec};
+use crate::sys;
+use crate::wire::{EXE_FD, InitEvent, InitSpec, Rlimits, SPEC_FD, STATUS_FD};
+
+/// The result record of one launch (SBX-1).
+#[derive(Debug, Clone, Serialize)]
+pub struct RunResult {
+    /// Exit code when the workload exited normally.
+    pub exit_code: Option<i32>,
+    /// Signal number when it was killed.
+    pub signal: Option<i32>,
+    pub timed_out: bool,
+    pub duration_ms: u64,
+    #[serde(skip)]
+    pub stdout: Captured,
+    #[serde(skip)]
+    pub stderr: Captured,
+    pub containment: ContainmentReport,
+    /// Limits that were hit: `memory`, `pids`, `timeout`, `stdout`, `stderr`.
+    pub limit_hits: Vec<String>,
+    pub executable: ExecutableIdentity,
+}
+
+impl RunResult {
+    /// The status a shell would report: the exit code, or 128 + signal.
+    pub fn status_code(&self) -> i32 {
+        match (self.exit_code, self.signal) {
+            (Some(c), _) => c,
+            (None, Some(s)) => 128 + s,
+            (None, None) => crate::EXIT_SANDBOX_FAILED,
+        }
+    }
+}
+
+/// Why a workload was not launched. Nothing of the workload ran.
+#[derive(Debug, thiserror::Error)]
+pub enum LaunchError {
+    #[error(transparent)]
+    Executable(#[from] ExeError),
+    #[error("containment_unavailable: required guarantees not in force: {}", missing.join(", "))]
+    ContainmentUnavailable {
+        missing: Vec<String>,
+        report: Box<ContainmentReport>,
+    },
+    #[error("sandbox set-up failed at {stage}: {error}")]
+    Setup { stage: String, error: String },
+    #[error("cannot execute {path}: {error}")]
+    Exec { path: PathBuf, error: String },
+    #[error("sandbox could not start: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+impl LaunchError {
+    /// A stable, machine-readable reason code.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::Executable(ExeError::NotFound(_)) => "executable_not_found",
+            Self::Executable(ExeError::Changed(_)) => "executable_changed",
+            Self::Executable(_) => "executable_invalid",
+            Self::ContainmentUnavailable { .. } => "containment_unavailable",
+            Self::Setup { .. } => "sandbox_setup_failed",
+            Self::Exec { .. } => "exec_failed",
+            Self::Io(_) => "sandbox_setup_failed",
+        }
+    }
+}
+
+/// Launches workloads.
+#[derive(Debug, Clone)]
+pub struct Broker {
+    init_exe: PathBuf,
+}
+
+impl Default for Broker {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+static LAUNCHES: AtomicU64 = AtomicU64::new(0);
+
+impl Broker {
+    /// A broker that re-executes the running binary as the sandbox init.
+    /// The binary's `main` must call [`crate::init::main_if_requested`].
+    pub fn new() -> Self {
+        Self {
+            init_exe: PathBuf::from("/proc/self/exe"),
+        }
+    }
+
+    /// A broker that uses another binary (which must call
+    /// [`crate::init::main_if_requested`]) as the sandbox init.
+    pub fn with_init_exe(path: PathBuf) -> Self {
+        Self { init_exe: path }
+    }
+
+    /// Runs one workload to completion.
+    pub fn run(&self, spec: &SandboxSpec) -> Result<RunResult, LaunchError> {
+        let start = Instant::now();
+        let deadline = start + spec.timeout;
+        let env = env::build(&spec.declared_env, &spec.platform_env, |n| std::env::var(n).ok());
+        let search = env.get("PATH").map(String::as_str).unwrap_or(env::SANDBOX_PATH);
+        let exe = ResolvedExecutable::resolve(&spec.argv[0], search, &spec.cwd)?;
+        match spec.driver {
+            DriverChoice::Uncontained => run_uncontained(spec, env, exe, start, deadline),
+            _ => self.run_contained(spec, env, exe, start, deadline),
+        }
+    }
+
+    fn run_contained(
+        &self,
+        spec: &SandboxSpec,
+        env: BTreeMap<String, String>,
+        exe: ResolvedExecutable,
+        start: Instant,
+        deadline: Instant,
+    ) -> Result<RunResult, LaunchError> {
+        let level = match spec.driver {
+            DriverChoice::Landlock => Level::LandlockSeccomp,
+            _ => Level::Namespaces,
+        };
+        let n = LAUNCHES.fetch_add(1, Ordering::Relaxed);
+        let name = format!("airlock-{}-{n}", std::process::id());
+        let pids = spec.limits.pids.unwrap_or(spec::DEFAULT_PIDS);
+        let (cgroup, mut base) = Cgroup::create(
+            &name,
+            CgroupLimits {
+                memory_bytes: spec.limits.memory_bytes,
+                pids: Some(pids),
+                cpu_millicores: spec.limits.cpu_millicores,
+            },
+        );
+        let memory_in_cgroup = base.iter().any(|g| g.name == "memory_limit" && g.in_force);
+        // Without a cgroup memory controller, RLIMIT_AS is the fallback cap.
+        let address_space = spec.limits.memory_bytes.filter(|_| !memory_in_cgroup);
+        if address_space.is_some() {
+            base.retain(|g| g.name != "memory_limit");
+        }
+        let mut required_extra = Vec::new();
+        if spec.limits.memory_bytes.is_some() {
+            required_extra.push("memory_limit".to_string());
+        }
+        if spec.limits.pids.is_some() {
+            required_extra.push("pids_limit".to_string());
+        }
+        if spec.limits.cpu_millicores.is_some() {
+            required_extra.push("cpu_limit".to_string());
+        }
+
+        // The fallback level shares the host's /tmp: give it a private one.
+        let scratch = if level == Level::LandlockSeccomp || spec.driver == DriverChoice::Auto {
+            Some(make_scratch(&name)?)
+        } else {
+            None
+        };
+        let mut env = env;
+        if level == Level::LandlockSeccomp
+            && let Some(s) = &scratch
+        {
+            let s = s.display().to_string();
+            env.insert("HOME".into(), s.clone());
+            env.insert("TMPDIR".into(), s);
+        }
+
+        let timeout_secs = spec.timeout.as_secs() + spec.grace.as_secs() + 2;
+        let init = InitSpec {
+            argv: spec.argv.clone(),
+            env: env.into_iter().collect(),
+            cwd: spec.cwd.clone(),
+            exe: exe.identity().clone(),
+            exec_by_fd: true,
+            level,
+            allow_fallback: spec.driver == DriverChoice::Auto,
+            writable: spec.writable.clone(),
+            readonly: spec.readonly.clone(),
+            outer_uid: nix::unistd::geteuid().as_raw(),
+            outer_gid: nix::unistd::getegid().as_raw(),
+            rlimits: Rlimits {
+                nofile: spec.limits.nofile.unwrap_or(spec::DEFAULT_NOFILE),
+                nproc: pids,
+                fsize: spec.limits.file_size_bytes.unwrap_or(spec::DEFAULT_FILE_SIZE),
+                cpu_secs: timeout_secs,
+                address_space,
+            },
+            tmp_bytes: spec.limits.tmp_bytes.unwrap_or(spec::DEFAULT_TMP_BYTES),
+            scratch: scratch.clone(),
+            require_containment: spec.require_containment,
+            required_extra,
+            base_guarantees: base,
+        };
+        let payload = serde_json::to_vec(&init).map_err(std::io::Error::other)?;
+
+        let (spec_r, spec_w) = high_pipe()?;
+        let (status_r, status_w) = high_pipe()?;
+        let exe_fd = exe.file().try_clone()?;
+        let exe_fd = OwnedFd::from(exe_fd);
+        let exe_fd = high_fd(exe_fd)?;
+
+        let mut cmd = Command::new(&self.init_exe);
+        cmd.arg(crate::INIT_ARG)
+            .env_clear()
+            .current_dir("/")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let fds = [
+            (spec_r.as_raw_fd(), SPEC_FD),
+            (status_w.as_raw_fd(), STATUS_FD),
+            (exe_fd.as_raw_fd(), EXE_FD),
+        ];
+        sys::set_pre_exec(&mut cmd, move || {
+            for (src, dst) in fds {
+                sys::dup_onto(src, dst)?;
+            }
+            sys::die_with_parent()
+        });
+
+        // SBX-2: the identity is checked immediately before the spawn (and
+        // again inside, just before exec).
+        exe.verify()?;
+        let mut child = cmd.spawn()?;
+        drop(spec_r);
+        drop(status_w);
+        drop(exe_fd);
+        let child_pid = child.id();
+        if !cgroup.is_empty() && cgroup.add(child_pid).is_err() {
+            // The limits we reported as applied would not hold: stop now.
+            let _ = child.kill();
+            let _ = child.wait();
+            cgroup.destroy();
+            return Err(LaunchError::Setup {
+                stage: "cgroup attach".into(),
+                error: "could not move the sandbox into its cgroup".into(),
+            });
+        }
+        {
+            let mut w = std::fs::File::from(spec_w);
+            // A failed write means the init died; its status tells why.
+            let _ = w.write_all(&payload);
+        }
+
+        let budget = spec.output_budget;
+        let out = child.stdout.take();
+        let err = child.stderr.take();
+        let (out_tx, out_rx) = mpsc::channel();
+        let (err_tx, err_rx) = mpsc::channel();
+        if let Some(o) = out {
+            thread::spawn(move || {
+                let _ = out_tx.send(drain(o, budget));
+            });
+        }
+        if let Some(e) = err {
+            thread::spawn(move || {
+                let _ = err_tx.send(drain(e, budget));
+            });
+        }
+        let (ev_tx, ev_rx) = mpsc::channel();
+        thread::spawn(move || {
+            let reader = BufReader::new(std::fs::File::from(status_r));
+            for line in reader.lines().map_while(Result::ok).take(64) {
+                if let Ok(ev) = serde_json::from_str::<InitEvent>(&line) {
+                    let _ = ev_tx.send(ev);
+                }
+            }
+        });
+
+        let pid = Pid::from_raw(i32::try_from(child_pid).unwrap_or(i32::MAX));
+        let (wait_tx, wait_rx) = mpsc::channel();
+        thread::spawn(move || {
+            let _ = wait_tx.send(child.wait());
+        });
+        let mut timed_out = false;
+        let waited = match wait_rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            Ok(r) => Some(r),
+            Err(_) => {
+                timed_out = true;
+                let _ = kill(pid, Signal::SIGTERM);
+                match wait_rx.recv_timeout(spec.grace) {
+                    Ok(r) => Some(r),
+                    Err(_) => {
+                        let _ = kill(pid, Signal::SIGKILL);
+                        cgroup.kill();
+                        wait_rx.recv().ok()
+                    }
+                }
+            }
+        };
+        // Whatever is left in the group dies now (SBX-4).
+        cgroup.kill();
+        let duration_ms = u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX);
+
+        let events: Vec<InitEvent> = {
+            let mut v = Vec::new();
+            while let Ok(e) = ev_rx.recv_timeout(Duration::from_secs(5)) {
+                v.push(e);
+            }
+            v
+        };
+        let collect = |rx: mpsc::Receiver<Captured>| rx.recv_timeout(Duration::from_secs(5)).unwrap_or_default();
+        let stdout = collect(out_rx);
+        let stderr = collect(err_rx);
+        let oom = cgroup.oom_killed();
+        let pids_hit = cgroup.pids_limit_hit();
+        cgroup.destroy();
+        if let Some(s) = &scratch {
+            let _ = std::fs::remove_dir_all(s);
+        }
+
+        let mut report = None;
+        let mut exit = None;
+        for e in events {
+            match e {
+                InitEvent::Ready { report: r } => report = Some(r),
+                InitEvent::Blocked { missing, report } => {
+                    return Err(LaunchError::ContainmentUnavailable {
+                        missing,
+                        report: Box::new(report),
+                    });
+                }
+                InitEvent::SetupFailed { stage, error } => return Err(LaunchError::Setup { stage, error }),
+                InitEvent::ExecutableChanged => {
+                    return Err(ExeError::Changed(exe.identity().path.clone()).into());
+                }
+                InitEvent::ExecFailed { errno } => {
+                    return Err(LaunchError::Exec {
+                        path: exe.identity().path.clone(),
+                        error: nix::errno::Errno::from_raw(errno).desc().to_string(),
+                    });
+                }
+                InitEvent::Exited { code, signal } => exit = Some((code, signal)),
+            }
+        }
+        let Some(containment) = report else {
+            if timed_out {
+                return Err(LaunchError::Setup {
+                    stage: "start-up".into(),
+                    error: "timed out before the workload started".into(),
+                });
+            }
+            let how = match waited {
+                Some(Ok(s)) => format!("sandbox init ended ({s}) without starting the workload"),
+                _ => "sandbox init vanished".into(),
+            };
+            return Err(LaunchError::Setup {
+                stage: "start-up".into(),
+                error: how,
+            });
+        };
+        let (exit_code, signal) = match exit {
+            Some((code, signal)) if !timed_out || code.is_some() || signal.is_some() => (code, signal),
+            // Killed by us (timeout) or the init itself was killed: SIGKILL.
+            _ => (None, Some(Signal::SIGKILL as i32)),
+        };
+        let mut limit_hits = Vec::new();
+        if timed_out {
+            limit_hits.push("timeout".into());
+        }
+        if oom {
+            limit_hits.push("memory".into());
+        }
+        if pids_hit {
+            limit_hits.push("pids".into());
+        }
+        if stdout.truncated() {
+            limit_hits.push("stdout".into());
+        }
+        if stderr.truncated() {
+            limit_hits.push("stderr".into());
+        }
+        Ok(RunResult {
+            exit_code,
+            signal,
+            timed_out,
+            duration_ms,
+            stdout,
+            stderr,
+            containment,
+            limit_hits,
+            executable: exe.identity().clone(),
+        })
+    }
+}
+
+fn make_scratch(name: &str) -> std::io::Result<PathBuf> {
+    use std::os::unix::fs::DirBuilderExt;
+    let dir = std::env::temp_dir().join(format!("{name}-scratch"));
+    std::fs::DirBuilder::new().mode(0o700).create(&dir)?;
+    Ok(dir)
+}
+
+/// A pipe whose ends are numbered above the fixed init descriptors, so that
+/// the `dup2` calls in `pre_exec` never overwrite one another's sources.
+fn high_pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
+    let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(std::io::Error::from)?;
+    Ok((high_fd(r)?, high_fd(w)?))
+}
+
+fn high_fd(fd: OwnedFd) -> std::io::Result<OwnedFd> {
+    if fd.as_raw_fd() > EXE_FD {
+        return Ok(fd);
+    }
+    sys::dup_above(&fd, 10)
+}
+
+/// The development driver: no containment, but the same environment
+/// allowlist, timeout, output budget and result record, and labelled
+/// `uncontained` everywhere.
+fn run_uncontained(
+    spec: &SandboxSpec,
+    env: BTreeMap<String, String>,
+    exe: ResolvedExecutable,
+    start: Instant,
+    deadline: Instant,
+) -> Result<RunResult, LaunchError> {
+    if spec.require_containment {
+        let report = ContainmentReport::uncontained();
+        return Err(LaunchError::ContainmentUnavailable {
+            missing: report.missing(&[]),
+            report: Box::new(report),
+        });
+    }
+    let mut cmd = Command::new(&exe.identity().path);
+    cmd.arg0(&spec.argv[0])
+        .args(&spec.argv[1..])
+        .env_clear()
+        .envs(env)
+        .current_dir(&spec.cwd)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    sys::set_pre_exec(&mut cmd, || {
+        nix::unistd::setsid().map_err(std::io::Error::from)?;
+        sys::die_with_parent()
+    });
+    use std::os::unix::process::CommandExt;
+    exe.verify()?;
+    let mut child = cmd.spawn()?;
+    let pgid = Pid::from_raw(-(i32::try_from(child.id()).unwrap_or(i32::MAX)));
+    let budget = spec.output_budget;
+    let out = child.stdout.take();
+    let err = child.stderr.take();
+    let (out_tx, out_rx) = mpsc::channel();
+    let (err_tx, err_rx) = mpsc::channel();
+    if let Some(o) = out {
+        thread::spawn(move || {
+            let _ = out_tx.send(drain(o, budget));
+        });
+    }
+    if let Some(e) = err {
+        thread::spawn(move || {
+            let _ = err_tx.send(drain(e, budget));
+        });
+    }
+    let (wait_tx, wait_rx) = mpsc::channel();
+    thread::spawn(move || {
+        let _ = wait_tx.send(child.wait());
+    });
+    let mut timed_out = false;
+    let status = match wait_rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+        Ok(r) => r.ok(),
+        Err(_) => {
+            timed_out = true;
+            let _ = kill(pgid, Signal::SIGTERM);
+            match wait_rx.recv_timeout(spec.grace) {
+                Ok(r) => r.ok(),
+                Err(_) => {
+                    let _ = kill(pgid, Signal::SIGKILL);
+                    wait_rx.recv().ok().and_then(Result::ok)
+                }
+            }
+        }
+    };
+    let _ = kill(pgid, Signal::SIGKILL);
+    let duration_ms = u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX);
+    let collect = |rx: mpsc::Receiver<Captured>| rx.recv_timeout(Duration::from_secs(5)).unwrap_or_default();
+    let stdout = collect(out_rx);
+    let stderr = collect(err_rx);
+    let mut limit_hits = Vec::new();
+    if timed_out {
+        limit_hits.push("timeout".into());
+    }
+    if stdout.truncated() {
+        limit_hits.push("stdout".into());
+    }
+    if stderr.truncated() {
+        limit_hits.push("stderr".into());
+    }
+    let mut containment = ContainmentReport::uncontained();
+    containment.push(Guarantee::new("environment_allowlist", true, ""));
+    Ok(RunResult {
+        exit_code: status.and_then(|s| s.code()),
+        signal: status.and_then(|s| s.signal()),
+        timed_out,
+        duration_ms,
+        stdout,
+        stderr,
+        containment,
+        limit_hits,
+        executable: exe.identity().clone(),
+    })
+}

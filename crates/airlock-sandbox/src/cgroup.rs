@@ -1,0 +1,341 @@
+//! Memory, pids and CPU limits through cgroups (SBX-3, SBX-4).
+//!
+//! Detected at run time, never assumed: cgroup v2 when our own cgroup is
+//! delegated to us (writable, controllers available), v1 controllers when
+//! the hierarchy is writable (typically as root). Each limit is reported as
+//! applied or not. A v2 group, even one without controllers, gives
+//! `cgroup.kill`, which kills every descendant atomically; on v1 the group's
+//! processes are killed in a loop until it is empty.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use crate::report::Guarantee;
+
+/// What to apply.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CgroupLimits {
+    pub memory_bytes: Option<u64>,
+    pub pids: Option<u64>,
+    pub cpu_millicores: Option<u64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Controller {
+    Memory,
+    Pids,
+    Cpu,
+}
+
+impl Controller {
+    fn v1_name(self) -> &'static str {
+        match self {
+            Self::Memory => "memory",
+            Self::Pids => "pids",
+            Self::Cpu => "cpu",
+        }
+    }
+    fn guarantee(self) -> &'static str {
+        match self {
+            Self::Memory => "memory_limit",
+            Self::Pids => "pids_limit",
+            Self::Cpu => "cpu_limit",
+        }
+    }
+}
+
+/// One created group (possibly spanning several v1 hierarchies).
+#[derive(Debug, Default)]
+pub struct Cgroup {
+    v2: Option<PathBuf>,
+    v1: Vec<(Controller, PathBuf)>,
+    memory_v2: bool,
+}
+
+/// A mounted hierarchy from `/proc/self/mountinfo`.
+#[derive(Debug)]
+struct Mount {
+    root: String,
+    point: PathBuf,
+    v2: bool,
+    controllers: Vec<String>,
+}
+
+fn mounts() -> Vec<Mount> {
+    let Ok(info) = fs::read_to_string("/proc/self/mountinfo") else {
+        return Vec::new();
+    };
+    info.lines()
+        .filter_map(|line| {
+            let (left, right) = line.split_once(" - ")?;
+            let l: Vec<&str> = left.split(' ').collect();
+            let r: Vec<&str> = right.split(' ').collect();
+            let fstype = *r.first()?;
+            let v2 = match fstype {
+                "cgroup2" => true,
+                "cgroup" => false,
+                _ => return None,
+            };
+            let controllers = r
+                .get(2)
+                .map(|o| o.split(',').map(str::to_string).collect())
+                .unwrap_or_default();
+            Some(Mount {
+                root: unescape(l.get(3)?),
+                point: PathBuf::from(unescape(l.get(4)?)),
+                v2,
+                controllers,
+            })
+        })
+        .collect()
+}
+
+fn unescape(s: &str) -> String {
+    s.replace("\\040", " ").replace("\\011", "\t").replace("\\012", "\n").replace("\\134", "\\")
+}
+
+/// Our own cgroup path per hierarchy: ("" for v2, or the controller list).
+fn own_paths() -> Vec<(String, String)> {
+    let Ok(s) = fs::read_to_string("/proc/self/cgroup") else {
+        return Vec::new();
+    };
+    s.lines()
+        .filter_map(|l| {
+            let mut it = l.splitn(3, ':');
+            let _id = it.next()?;
+            let ctrl = it.next()?.to_string();
+            let path = it.next()?.to_string();
+            Some((ctrl, path))
+        })
+        .collect()
+}
+
+fn dir_for(m: &Mount, own: &str) -> Option<PathBuf> {
+    let rel = own.strip_prefix(&m.root).unwrap_or(own);
+    let rel = rel.trim_start_matches('/');
+    if rel.contains("..") {
+        return None;
+    }
+    Some(if rel.is_empty() { m.point.clone() } else { m.point.join(rel) })
+}
+
+impl Cgroup {
+    /// Creates a group named `name` and applies `limits` where possible.
+    /// Returns the group (if any part of it exists) and one guarantee per
+    /// limit plus `cgroup_kill`.
+    pub fn create(name: &str, limits: CgroupLimits) -> (Self, Vec<Guarantee>) {
+        let mut cg = Cgroup::default();
+        let mut applied: Vec<(Controller, String)> = Vec::new();
+        let mut failed: Vec<(Controller, String)> = Vec::new();
+        let mounts = mounts();
+        let own = own_paths();
+
+        // cgroup v2: a leaf under our own group.
+        if let Some(m) = mounts.iter().find(|m| m.v2)
+            && let Some((_, path)) = own.iter().find(|(c, _)| c.is_empty())
+            && let Some(parent) = dir_for(m, path)
+        {
+            let dir = parent.join(name);
+            if fs::create_dir(&dir).is_ok() {
+                let available = fs::read_to_string(dir.join("cgroup.controllers")).unwrap_or_default();
+                for (c, key) in [(Controller::Memory, "memory"), (Controller::Pids, "pids"), (Controller::Cpu, "cpu")] {
+                    if !available.split_whitespace().any(|x| x == key) {
+                        continue;
+                    }
+                    let r = match c {
+                        Controller::Memory => limits.memory_bytes.map(|b| {
+                            let _ = fs::write(dir.join("memory.swap.max"), "0");
+                            fs::write(dir.join("memory.max"), b.to_string())
+                        }),
+                        Controller::Pids => limits.pids.map(|p| fs::write(dir.join("pids.max"), p.to_string())),
+                        Controller::Cpu => limits
+                            .cpu_millicores
+                            .map(|m| fs::write(dir.join("cpu.max"), format!("{} 100000", m * 100))),
+                    };
+                    match r {
+                        Some(Ok(())) => {
+                            if c == Controller::Memory {
+                                cg.memory_v2 = true;
+                            }
+                            applied.push((c, "cgroup v2".into()));
+                        }
+                        Some(Err(e)) => failed.push((c, format!("cgroup v2: {e}"))),
+                        None => {}
+                    }
+                }
+                cg.v2 = Some(dir);
+            }
+        }
+
+        // cgroup v1 for whatever v2 did not cover.
+        for c in [Controller::Memory, Controller::Pids, Controller::Cpu] {
+            let wanted = match c {
+                Controller::Memory => limits.memory_bytes.is_some(),
+                Controller::Pids => limits.pids.is_some(),
+                Controller::Cpu => limits.cpu_millicores.is_some(),
+            };
+            if !wanted || applied.iter().any(|(a, _)| *a == c) {
+                continue;
+            }
+            let key = c.v1_name();
+            let Some(m) = mounts.iter().find(|m| !m.v2 && m.controllers.iter().any(|x| x == key)) else {
+                continue;
+            };
+            let Some((_, path)) = own.iter().find(|(ctrls, _)| ctrls.split(',').any(|x| x == key)) else {
+                continue;
+            };
+            let Some(parent) = dir_for(m, path) else { continue };
+            let dir = parent.join(name);
+            if let Err(e) = fs::create_dir(&dir) {
+                failed.push((c, format!("cgroup v1: {e}")));
+                continue;
+            }
+            let r = match c {
+                Controller::Memory => {
+                    let b = limits.memory_bytes.unwrap_or(u64::MAX);
+                    fs::write(dir.join("memory.limit_in_bytes"), b.to_string()).map(|()| {
+                        // Swap counts too, when the kernel accounts it.
+                        let _ = fs::write(dir.join("memory.memsw.limit_in_bytes"), b.to_string());
+                    })
+                }
+                Controller::Pids => {
+                    fs::write(dir.join("pids.max"), limits.pids.unwrap_or(u64::MAX).to_string())
+                }
+                Controller::Cpu => {
+                    let m = limits.cpu_millicores.unwrap_or(1000);
+                    fs::write(dir.join("cpu.cfs_period_us"), "100000")
+                        .and_then(|()| fs::write(dir.join("cpu.cfs_quota_us"), (m * 100).to_string()))
+                }
+            };
+            match r {
+                Ok(()) => applied.push((c, "cgroup v1".into())),
+                Err(e) => failed.push((c, format!("cgroup v1: {e}"))),
+            }
+            cg.v1.push((c, dir));
+        }
+
+        let mut report = Vec::new();
+        for c in [Controller::Memory, Controller::Pids, Controller::Cpu] {
+            let wanted = match c {
+                Controller::Memory => limits.memory_bytes,
+                Controller::Pids => limits.pids,
+                Controller::Cpu => limits.cpu_millicores,
+            };
+            let Some(v) = wanted else { continue };
+            if let Some((_, how)) = applied.iter().find(|(a, _)| *a == c) {
+                report.push(Guarantee::new(c.guarantee(), true, format!("{v} via {how}")));
+            } else {
+                let why = failed
+                    .iter()
+                    .find(|(a, _)| *a == c)
+                    .map(|(_, w)| w.clone())
+                    .unwrap_or_else(|| "no writable cgroup hierarchy with this controller".into());
+                report.push(Guarantee::new(c.guarantee(), false, why));
+            }
+        }
+        report.push(Guarantee::new(
+            "cgroup_kill",
+            cg.v2.is_some() || !cg.v1.is_empty(),
+            if cg.v2.is_some() {
+                "cgroup v2 cgroup.kill"
+            } else if !cg.v1.is_empty() {
+                "cgroup v1 kill loop"
+            } else {
+                "no writable cgroup: PID-namespace teardown only"
+            },
+        ));
+        (cg, report)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.v2.is_none() && self.v1.is_empty()
+    }
+
+    /// Moves `pid` into every part of the group.
+    pub fn add(&self, pid: u32) -> std::io::Result<()> {
+        if let Some(d) = &self.v2 {
+            fs::write(d.join("cgroup.procs"), pid.to_string())?;
+        }
+        for (_, d) in &self.v1 {
+            fs::write(d.join("cgroup.procs"), pid.to_string())?;
+        }
+        Ok(())
+    }
+
+    /// Kills every process in the group.
+    pub fn kill(&self) {
+        if let Some(d) = &self.v2
+            && fs::write(d.join("cgroup.kill"), "1").is_ok()
+        {
+            return;
+        }
+        for (_, d) in &self.v1 {
+            for _ in 0..100 {
+                let procs = fs::read_to_string(d.join("cgroup.procs")).unwrap_or_default();
+                let pids: Vec<i32> = procs.lines().filter_map(|l| l.trim().parse().ok()).collect();
+                if pids.is_empty() {
+                    break;
+                }
+                for p in pids {
+                    let _ = nix::sys::signal::kill(
+                        nix::unistd::Pid::from_raw(p),
+                        nix::sys::signal::Signal::SIGKILL,
+                    );
+                }
+                std::thread::yield_now();
+            }
+        }
+    }
+
+    /// Whether the memory limit killed something (OOM) during the run.
+    pub fn oom_killed(&self) -> bool {
+        if self.memory_v2
+            && let Some(d) = &self.v2
+        {
+            return count_field(&d.join("memory.events"), "oom_kill") > 0;
+        }
+        self.v1
+            .iter()
+            .filter(|(c, _)| *c == Controller::Memory)
+            .any(|(_, d)| count_field(&d.join("memory.oom_control"), "oom_kill") > 0)
+    }
+
+    /// Whether the pids limit refused a fork during the run.
+    pub fn pids_limit_hit(&self) -> bool {
+        let v1 = self
+            .v1
+            .iter()
+            .filter(|(c, _)| *c == Controller::Pids)
+            .any(|(_, d)| count_field(&d.join("pids.events"), "max") > 0);
+        v1 || self
+            .v2
+            .as_ref()
+            .is_some_and(|d| count_field(&d.join("pids.events"), "max") > 0)
+    }
+
+    /// Kills what is left and removes the directories.
+    pub fn destroy(self) {
+        self.kill();
+        let mut dirs: Vec<PathBuf> = self.v1.iter().map(|(_, d)| d.clone()).collect();
+        dirs.extend(self.v2.clone());
+        for d in dirs {
+            for _ in 0..200 {
+                if fs::remove_dir(&d).is_ok() || !d.exists() {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+        }
+    }
+}
+
+fn count_field(path: &Path, key: &str) -> u64 {
+    fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| {
+            let (k, v) = l.split_once(' ')?;
+            (k == key).then(|| v.trim().parse().ok()).flatten()
+        })
+        .unwrap_or(0)
+}

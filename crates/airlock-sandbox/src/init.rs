@@ -1,0 +1,812 @@
+//! The sandbox init: the airlock binary re-executed with [`crate::INIT_ARG`].
+//!
+//! Running set-up in a fresh, single-threaded process (rather than in a
+//! `pre_exec` hook of the multi-threaded broker) lets it use ordinary Rust:
+//! `unshare(CLONE_NEWUSER)` refuses multi-threaded callers, and after
+//! `fork` only a single-threaded parent leaves a child free to allocate.
+//!
+//! Process shape at the `namespaces` level:
+//!
+//! ```text
+//! broker ── S1 (this process: unshares, maps uid/gid, waits)
+//!            └─ S2 (PID 1 of the new PID namespace: builds the root, reaps)
+//!                 └─ S3 (the workload: rlimits, caps, Landlock, seccomp, exec)
+//! ```
+//!
+//! When S3 exits, S2 reports its status and exits, and the kernel kills
+//! everything left in the PID namespace (SBX-4). S1 and S2 die with their
+//! parent (`PR_SET_PDEATHSIG`), so the sandbox dies with the broker.
+
+use std::ffi::CString;
+use std::fs::{self, File};
+use std::io::{Read, Write};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt, symlink};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicI32, Ordering};
+
+use nix::mount::{MntFlags, MsFlags, mount, umount2};
+use nix::sched::{CloneFlags, unshare};
+use nix::sys::resource::{Resource, setrlimit};
+use nix::sys::signal::{Signal, kill};
+use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+use nix::unistd::{ForkResult, Pid, chdir, pivot_root, setsid};
+
+use crate::landlock_rules::{self, LandlockPaths};
+use crate::report::{ContainmentReport, Driver, Guarantee, Level};
+use crate::seccomp_policy::{self, SocketPolicy};
+use crate::sys;
+use crate::wire::{EXE_FD, InitEvent, InitSpec, SPEC_FD, STATUS_FD};
+
+/// Uid and gid of the workload inside its user namespace.
+pub const SANDBOX_UID: u32 = 1000;
+
+/// System runtime directories bound read-only (or recreated as the same
+/// symlink when the host has merged `/usr`).
+pub const SYSTEM_DIRS: &[&str] = &["/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32"];
+
+/// Host `/etc` entries bound read-only: the loader cache, CA certificates,
+/// alternatives links and the few name-service tables programs read.
+/// Everything else in `/etc` (shadow, ssh keys, resolv.conf, …) is absent.
+pub const ETC_ENTRIES: &[&str] = &[
+    "/etc/ld.so.cache",
+    "/etc/ld.so.conf",
+    "/etc/ld.so.conf.d",
+    "/etc/ssl/certs",
+    "/etc/ssl/openssl.cnf",
+    "/etc/ca-certificates.conf",
+    "/etc/pki/tls/certs",
+    "/etc/alternatives",
+    "/etc/localtime",
+    "/etc/timezone",
+    "/etc/nsswitch.conf",
+    "/etc/protocols",
+    "/etc/services",
+    "/etc/mime.types",
+    "/etc/os-release",
+    "/etc/debian_version",
+    "/etc/python3",
+    "/etc/python3.11",
+    "/etc/perl",
+    "/etc/gai.conf",
+    "/etc/host.conf",
+];
+
+/// Device nodes bound from the host into the minimal `/dev`.
+pub const DEVICES: &[&str] = &["null", "zero", "full", "random", "urandom"];
+
+const NEW_ROOT: &str = "/tmp";
+
+static FORWARD_TO: AtomicI32 = AtomicI32::new(0);
+static PENDING_SIGNAL: AtomicI32 = AtomicI32::new(0);
+
+extern "C" fn forward_signal(sig: libc::c_int) {
+    let pid = FORWARD_TO.load(Ordering::SeqCst);
+    if pid > 0 {
+        // SAFETY-free: nix::kill is a thin wrapper over kill(2), which is
+        // async-signal-safe.
+        let _ = kill(Pid::from_raw(pid), Signal::try_from(sig).unwrap_or(Signal::SIGTERM));
+    }
+}
+
+extern "C" fn note_signal(sig: libc::c_int) {
+    PENDING_SIGNAL.store(sig, Ordering::SeqCst);
+}
+
+/// If this process was started as the sandbox init, runs it and exits;
+/// otherwise returns immediately. Call first thing in `main`.
+pub fn main_if_requested() {
+    if std::env::args_os().nth(1).as_deref() != Some(std::ffi::OsStr::new(crate::INIT_ARG)) {
+        return;
+    }
+    let code = run();
+    // Flushes nothing of importance; exit without running destructors of
+    // the broker's world (there is none in this process).
+    std::process::exit(code);
+}
+
+/// Writes events to the broker.
+struct Status(File);
+
+impl Status {
+    fn send(&mut self, e: &InitEvent) {
+        if let Ok(mut line) = serde_json::to_vec(e) {
+            line.push(b'\n');
+            let _ = self.0.write_all(&line);
+        }
+    }
+    fn fail(&mut self, stage: &str, error: impl std::fmt::Display) -> i32 {
+        self.send(&InitEvent::SetupFailed {
+            stage: stage.to_string(),
+            error: error.to_string(),
+        });
+        crate::EXIT_SANDBOX_FAILED
+    }
+}
+
+fn run() -> i32 {
+    // Die with the broker even if it is killed with SIGKILL.
+    let _ = sys::die_with_parent();
+    let Some(status_fd) = sys::inherited_fd(STATUS_FD) else {
+        return crate::EXIT_SANDBOX_FAILED;
+    };
+    let mut status = Status(File::from(status_fd));
+    let spec: InitSpec = match sys::inherited_fd(SPEC_FD)
+        .ok_or_else(|| "missing spec descriptor".to_string())
+        .and_then(|fd| {
+            let mut s = String::new();
+            File::from(fd).take(16 << 20).read_to_string(&mut s).map_err(|e| e.to_string())?;
+            serde_json::from_str(&s).map_err(|e| e.to_string())
+        }) {
+        Ok(s) => s,
+        Err(e) => return status.fail("spec", e),
+    };
+    let Some(exe) = sys::inherited_fd(EXE_FD) else {
+        return status.fail("spec", "missing executable descriptor");
+    };
+    // Nothing in the sandbox may read this process's memory or descriptors.
+    let _ = nix::sys::prctl::set_dumpable(false);
+
+    match spec.level {
+        Level::Namespaces => namespaces(spec, status, exe),
+        _ => fallback(spec, status, exe, Vec::new()),
+    }
+}
+
+// ---------------------------------------------------------------- namespaces
+
+fn namespaces(spec: InitSpec, mut status: Status, exe: OwnedFd) -> i32 {
+    let flags = CloneFlags::CLONE_NEWUSER
+        | CloneFlags::CLONE_NEWNS
+        | CloneFlags::CLONE_NEWPID
+        | CloneFlags::CLONE_NEWNET
+        | CloneFlags::CLONE_NEWIPC
+        | CloneFlags::CLONE_NEWUTS
+        | CloneFlags::CLONE_NEWCGROUP;
+    if let Err(e) = unshare(flags) {
+        if spec.allow_fallback {
+            let why = Guarantee::new(
+                "user_namespace",
+                false,
+                format!("unavailable ({e}); fell back to landlock + seccomp"),
+            );
+            return fallback(spec, status, exe, vec![why]);
+        }
+        return status.fail("unshare", format!("user namespaces unavailable: {e}"));
+    }
+    let maps = fs::write("/proc/self/setgroups", "deny")
+        .and_then(|()| fs::write("/proc/self/gid_map", format!("{SANDBOX_UID} {} 1", spec.outer_gid)))
+        .and_then(|()| fs::write("/proc/self/uid_map", format!("{SANDBOX_UID} {} 1", spec.outer_uid)));
+    if let Err(e) = maps {
+        return status.fail("uid_map", e);
+    }
+
+    // The seccomp program is compiled once here, before any fork.
+    let seccomp = seccomp_policy::compile(SocketPolicy::UnixAndLoopbackInet, libc::EPERM as u32);
+
+    match sys::fork_single_threaded() {
+        Err(e) => status.fail("fork", e),
+        Ok(ForkResult::Parent { child }) => {
+            FORWARD_TO.store(child.as_raw(), Ordering::SeqCst);
+            for sig in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP] {
+                sys::on_signal(sig, forward_signal);
+            }
+            drop(status);
+            drop(exe);
+            quiet_stdio();
+            loop {
+                match waitpid(child, None) {
+                    Err(nix::errno::Errno::EINTR) => continue,
+                    _ => return 0,
+                }
+            }
+        }
+        Ok(ForkResult::Child) => {
+            let _ = sys::die_with_parent();
+            let code = pid_one(&spec, &mut status, exe, seccomp);
+            // Exiting PID 1 tears the namespace down: every descendant dies.
+            std::process::exit(code);
+        }
+    }
+}
+
+/// S2: PID 1 of the new namespace.
+fn pid_one(
+    spec: &InitSpec,
+    status: &mut Status,
+    exe: OwnedFd,
+    seccomp: Result<seccomp_policy::CompiledPolicy, seccomp_policy::SeccompError>,
+) -> i32 {
+    let mut report = ContainmentReport {
+        driver: Driver::Namespaces,
+        level: Level::Namespaces,
+        guarantees: spec.base_guarantees.clone(),
+    };
+    let pid_isolated = nix::unistd::getpid().as_raw() == 1;
+    for (name, ok, detail) in [
+        ("user_namespace", true, format!("uid {SANDBOX_UID} inside = host uid {}", spec.outer_uid)),
+        ("mount_namespace", true, String::new()),
+        ("pid_namespace", pid_isolated, String::new()),
+        ("network_namespace", true, "loopback only".to_string()),
+        ("ipc_namespace", true, String::new()),
+        ("uts_namespace", true, String::new()),
+        ("cgroup_namespace", true, String::new()),
+    ] {
+        report.push(Guarantee::new(name, ok, detail));
+    }
+    match build_root(spec) {
+        Ok(proc_mounted) => {
+            report.push(Guarantee::new("private_root", true, "tmpfs root, read-only system binds"));
+            report.push(Guarantee::new(
+                "fresh_proc",
+                proc_mounted,
+                if proc_mounted { "" } else { "procfs could not be mounted; /proc is empty" },
+            ));
+        }
+        Err((stage, e)) => return status.fail(stage, e),
+    }
+    let _ = nix::unistd::sethostname("airlock");
+    if let Err(e) = sys::loopback_up() {
+        return status.fail("loopback", e);
+    }
+
+    let landlock = LandlockPaths {
+        read_exec: readable_roots(spec),
+        read_only: vec![PathBuf::from("/proc")],
+        read_write: spec
+            .writable
+            .iter()
+            .cloned()
+            .chain([PathBuf::from("/tmp"), PathBuf::from("/dev/shm")])
+            .collect(),
+        devices: DEVICES.iter().map(|d| Path::new("/dev").join(d)).collect(),
+        deny_tcp: false,
+    };
+
+    match sys::fork_single_threaded() {
+        Err(e) => status.fail("fork", e),
+        Ok(ForkResult::Child) => {
+            let code = workload(spec, status, &exe, report, &landlock, seccomp.as_ref().ok(), SocketPolicy::UnixAndLoopbackInet);
+            std::process::exit(code)
+        }
+        Ok(ForkResult::Parent { child }) => {
+            drop(exe);
+            quiet_stdio();
+            for sig in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP] {
+                sys::on_signal(sig, note_signal);
+            }
+            let exit = reap_until(child, || {
+                let sig = PENDING_SIGNAL.swap(0, Ordering::SeqCst);
+                if sig != 0 {
+                    // kill(-1) from PID 1 reaches every other process of
+                    // this namespace and nothing outside it.
+                    let _ = kill(Pid::from_raw(-1), Signal::try_from(sig).unwrap_or(Signal::SIGTERM));
+                }
+            });
+            status.send(&exit);
+            0
+        }
+    }
+}
+
+/// Reaps children until `main` exits; returns its exit event.
+fn reap_until(main: Pid, mut on_interrupt: impl FnMut()) -> InitEvent {
+    loop {
+        match waitpid(Pid::from_raw(-1), Some(WaitPidFlag::__WALL)) {
+            Ok(WaitStatus::Exited(pid, code)) if pid == main => {
+                return InitEvent::Exited { code: Some(code), signal: None };
+            }
+            Ok(WaitStatus::Signaled(pid, sig, _)) if pid == main => {
+                return InitEvent::Exited { code: None, signal: Some(sig as i32) };
+            }
+            Ok(_) => {}
+            Err(nix::errno::Errno::EINTR) => on_interrupt(),
+            Err(_) => return InitEvent::Exited { code: None, signal: None },
+        }
+    }
+}
+
+/// Points stdin/stdout/stderr at /dev/null so that only the workload holds
+/// the broker's pipes.
+fn quiet_stdio() {
+    if let Ok(null) = fs::OpenOptions::new().read(true).write(true).open("/dev/null") {
+        for fd in 0..3 {
+            let _ = sys::dup_onto(null.as_raw_fd(), fd);
+        }
+    }
+}
+
+fn readable_roots(spec: &InitSpec) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = SYSTEM_DIRS
+        .iter()
+        .map(PathBuf::from)
+        .filter(|p| p.exists())
+        .collect();
+    v.push(PathBuf::from("/etc"));
+    v.extend(spec.readonly.iter().cloned());
+    if !v.iter().chain(&spec.writable).any(|r| spec.exe.path.starts_with(r)) {
+        v.push(spec.exe.path.clone());
+    }
+    v
+}
+
+type SetupResult<T> = Result<T, (&'static str, String)>;
+
+fn stage<T, E: std::fmt::Display>(name: &'static str, r: Result<T, E>) -> SetupResult<T> {
+    r.map_err(|e| (name, e.to_string()))
+}
+
+/// A bind source, opened before the new root hides the host's paths.
+struct Source {
+    fd: OwnedFd,
+    target: PathBuf,
+    writable: bool,
+    is_dir: bool,
+}
+
+fn open_source(path: &Path, target: &Path, writable: bool) -> SetupResult<Option<Source>> {
+    use nix::fcntl::{OFlag, open};
+    use nix::sys::stat::Mode;
+    let meta = match fs::metadata(path) {
+        Ok(m) => m,
+        Err(_) => return Ok(None),
+    };
+    let fd = stage("open bind source", open(path, OFlag::O_PATH | OFlag::O_CLOEXEC, Mode::empty()))?;
+    Ok(Some(Source {
+        fd,
+        target: target.to_path_buf(),
+        writable,
+        is_dir: meta.is_dir(),
+    }))
+}
+
+/// Builds the new root on a tmpfs and pivots into it. Returns whether a
+/// fresh procfs was mounted.
+fn build_root(spec: &InitSpec) -> SetupResult<bool> {
+    stage(
+        "make mounts private",
+        mount(None::<&str>, "/", None::<&str>, MsFlags::MS_REC | MsFlags::MS_PRIVATE, None::<&str>),
+    )?;
+
+    // 1. Open every bind source while the host tree is still visible.
+    let mut sources = Vec::new();
+    let mut symlinks = Vec::new();
+    for dir in SYSTEM_DIRS {
+        let p = Path::new(dir);
+        match fs::symlink_metadata(p) {
+            Ok(m) if m.file_type().is_symlink() => {
+                if let Ok(t) = fs::read_link(p) {
+                    symlinks.push((p.to_path_buf(), t));
+                }
+            }
+            Ok(_) => sources.extend(open_source(p, p, false)?),
+            Err(_) => {}
+        }
+    }
+    for e in ETC_ENTRIES {
+        sources.extend(open_source(Path::new(e), Path::new(e), false)?);
+    }
+    let mut devices = Vec::new();
+    for d in DEVICES {
+        let p = Path::new("/dev").join(d);
+        devices.extend(open_source(&p, &p, true)?);
+    }
+    let mut roots: Vec<Source> = Vec::new();
+    for w in &spec.writable {
+        roots.extend(open_source(w, w, true)?);
+    }
+    for r in &spec.readonly {
+        roots.extend(open_source(r, r, false)?);
+    }
+    let covered = SYSTEM_DIRS
+        .iter()
+        .map(Path::new)
+        .chain(spec.writable.iter().map(PathBuf::as_path))
+        .chain(spec.readonly.iter().map(PathBuf::as_path))
+        .any(|r| spec.exe.path.starts_with(r));
+    if !covered {
+        roots.extend(open_source(&spec.exe.path, &spec.exe.path, false)?);
+    }
+    // Parents before children.
+    roots.sort_by_key(|s| s.target.components().count());
+
+    // 2. The new root.
+    let root = Path::new(NEW_ROOT);
+    stage(
+        "mount root tmpfs",
+        mount(
+            Some("tmpfs"),
+            root,
+            Some("tmpfs"),
+            MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+            Some("mode=0755,size=16m"),
+        ),
+    )?;
+    let under = |p: &Path| root.join(p.strip_prefix("/").unwrap_or(p));
+    for (link, target) in &symlinks {
+        stage("symlink", symlink(target, under(link)))?;
+    }
+    for s in &sources {
+        bind(s, &under(&s.target))?;
+    }
+    stage("mkdir", mkdirs(&under(Path::new("/etc"))))?;
+    write_etc(root)?;
+
+    // /proc
+    let proc_dir = under(Path::new("/proc"));
+    stage("mkdir", mkdirs(&proc_dir))?;
+    let proc_mounted = mount(
+        Some("proc"),
+        &proc_dir,
+        Some("proc"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+        None::<&str>,
+    )
+    .is_ok();
+
+    // /dev
+    let dev = under(Path::new("/dev"));
+    stage("mkdir", mkdirs(&dev))?;
+    stage(
+        "mount /dev",
+        mount(
+            Some("tmpfs"),
+            &dev,
+            Some("tmpfs"),
+            MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC,
+            Some("mode=0755,size=64k"),
+        ),
+    )?;
+    for s in &devices {
+        bind(s, &under(&s.target))?;
+    }
+    for (name, target) in [
+        ("fd", "/proc/self/fd"),
+        ("stdin", "/proc/self/fd/0"),
+        ("stdout", "/proc/self/fd/1"),
+        ("stderr", "/proc/self/fd/2"),
+    ] {
+        stage("symlink", symlink(target, dev.join(name)))?;
+    }
+    let shm = dev.join("shm");
+    stage("mkdir", mkdirs(&shm))?;
+    stage(
+        "mount /dev/shm",
+        mount(
+            Some("tmpfs"),
+            &shm,
+            Some("tmpfs"),
+            MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+            Some("mode=1777,size=64m"),
+        ),
+    )?;
+
+    // /tmp: private, size-capped.
+    let tmp = under(Path::new("/tmp"));
+    stage("mkdir", mkdirs(&tmp))?;
+    stage(
+        "mount /tmp",
+        mount(
+            Some("tmpfs"),
+            &tmp,
+            Some("tmpfs"),
+            MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+            Some(format!("mode=1777,size={}", spec.tmp_bytes).as_str()),
+        ),
+    )?;
+
+    // Writable and read-only roots, parents first.
+    for s in &roots {
+        bind(s, &under(&s.target))?;
+    }
+
+    // 3. Enter it: pivot_root(".", ".") stacks the old root on top of the
+    // new one; detaching it leaves only the new root.
+    stage("chdir new root", chdir(root))?;
+    stage("pivot_root", pivot_root(".", "."))?;
+    stage("detach old root", umount2(".", MntFlags::MNT_DETACH))?;
+    stage("chdir /", chdir("/"))?;
+    // Read-only /dev and root (the binds and tmpfs mounts below keep their own flags).
+    let _ = mount(
+        None::<&str>,
+        "/dev",
+        None::<&str>,
+        MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC,
+        Some("mode=0755,size=64k"),
+    );
+    stage(
+        "remount root read-only",
+        mount(
+            None::<&str>,
+            "/",
+            None::<&str>,
+            MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+            Some("mode=0755,size=16m"),
+        ),
+    )?;
+    Ok(proc_mounted)
+}
+
+fn mkdirs(p: &Path) -> std::io::Result<()> {
+    fs::DirBuilder::new().recursive(true).mode(0o755).create(p)
+}
+
+/// Bind-mounts an opened source at `target` (creating the mount point) and
+/// makes it read-only unless writable. Flags the kernel locked on the
+/// source mount (nosuid, nodev, noexec, atime) are kept.
+fn bind(s: &Source, target: &Path) -> SetupResult<()> {
+    if s.is_dir {
+        stage("mkdir", mkdirs(target))?;
+    } else {
+        if let Some(parent) = target.parent() {
+            stage("mkdir", mkdirs(parent))?;
+        }
+        if !target.exists() {
+            stage("create mount point", File::create(target))?;
+        }
+    }
+    let src = format!("/proc/self/fd/{}", s.fd.as_raw_fd());
+    stage(
+        "bind mount",
+        mount(Some(src.as_str()), target, None::<&str>, MsFlags::MS_BIND | MsFlags::MS_REC, None::<&str>),
+    )?;
+    let locked = stage("statvfs", nix::sys::statvfs::statvfs(target))?.flags();
+    use nix::sys::statvfs::FsFlags;
+    let mut flags = MsFlags::MS_BIND | MsFlags::MS_REMOUNT | MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
+    if !s.writable {
+        flags |= MsFlags::MS_RDONLY;
+    }
+    for (f, m) in [
+        (FsFlags::ST_NOEXEC, MsFlags::MS_NOEXEC),
+        (FsFlags::ST_NOATIME, MsFlags::MS_NOATIME),
+        (FsFlags::ST_NODIRATIME, MsFlags::MS_NODIRATIME),
+        (FsFlags::ST_RELATIME, MsFlags::MS_RELATIME),
+    ] {
+        if locked.contains(f) {
+            flags |= m;
+        }
+    }
+    if !s.target.starts_with("/dev") || !s.writable {
+        stage("remount bind", mount(None::<&str>, target, None::<&str>, flags, None::<&str>))?;
+    } else {
+        // Device nodes: keep them usable (no MS_NODEV), but nosuid/noexec.
+        let dev_flags = MsFlags::MS_BIND | MsFlags::MS_REMOUNT | MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC;
+        let _ = mount(None::<&str>, target, None::<&str>, dev_flags, None::<&str>);
+    }
+    Ok(())
+}
+
+/// Synthesised name-service files: the sandbox sees its own identity, not
+/// the host's accounts.
+fn write_etc(root: &Path) -> SetupResult<()> {
+    let etc = root.join("etc");
+    let files = [
+        (
+            "passwd",
+            format!(
+                "root:x:0:0:root:/root:/usr/sbin/nologin\nairlock:x:{SANDBOX_UID}:{SANDBOX_UID}:airlock sandbox:/tmp:/usr/sbin/nologin\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
+            ),
+        ),
+        (
+            "group",
+            format!("root:x:0:\nairlock:x:{SANDBOX_UID}:\nnogroup:x:65534:\n"),
+        ),
+        ("hosts", "127.0.0.1 localhost airlock\n::1 localhost ip6-localhost\n".to_string()),
+        ("hostname", "airlock\n".to_string()),
+    ];
+    for (name, content) in files {
+        let p = etc.join(name);
+        stage("write /etc", fs::write(&p, content))?;
+        stage("chmod /etc", fs::set_permissions(&p, fs::Permissions::from_mode(0o644)))?;
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------- workload
+
+/// S3 (or the fallback's only child): lock down and exec. Returns an exit
+/// code only when the launch is refused or exec fails.
+fn workload(
+    spec: &InitSpec,
+    status: &mut Status,
+    exe: &OwnedFd,
+    mut report: ContainmentReport,
+    landlock: &LandlockPaths,
+    seccomp: Option<&seccomp_policy::CompiledPolicy>,
+    sockets: SocketPolicy,
+) -> i32 {
+    let _ = sys::die_with_parent();
+    sys::reset_signals();
+    let _ = setsid();
+    if let Err(e) = chdir(&spec.cwd) {
+        return status.fail("chdir", format!("{}: {e}", spec.cwd.display()));
+    }
+
+    // rlimits
+    let r = &spec.rlimits;
+    let mut limits = vec![
+        (Resource::RLIMIT_NOFILE, r.nofile, "nofile"),
+        (Resource::RLIMIT_NPROC, r.nproc, "nproc"),
+        (Resource::RLIMIT_FSIZE, r.fsize, "fsize"),
+        (Resource::RLIMIT_CORE, 0, "core"),
+        (Resource::RLIMIT_CPU, r.cpu_secs, "cpu"),
+    ];
+    if let Some(a) = r.address_space {
+        limits.push((Resource::RLIMIT_AS, a, "as"));
+    }
+    let mut rl_ok = true;
+    let mut applied = Vec::new();
+    for (res, v, name) in limits {
+        match setrlimit(res, v, v) {
+            Ok(()) => applied.push(format!("{name}={v}")),
+            Err(_) => rl_ok = false,
+        }
+    }
+    report.push(Guarantee::new("rlimits", rl_ok, applied.join(" ")));
+    if let Some(a) = r.address_space {
+        report.push(Guarantee::new(
+            "memory_limit",
+            rl_ok,
+            format!("{a} via RLIMIT_AS (no cgroup memory controller available)"),
+        ));
+    }
+
+    if report.level == Level::Namespaces {
+        let caps = sys::drop_all_capabilities();
+        report.push(Guarantee::new("capabilities_dropped", caps, "bounding, ambient, effective, permitted, inheritable"));
+        report.push(Guarantee::new("non_root_uid", nix::unistd::getuid().as_raw() == SANDBOX_UID, format!("uid {SANDBOX_UID}")));
+    }
+    let nnp = nix::sys::prctl::set_no_new_privs().is_ok();
+    report.push(Guarantee::new("no_new_privs", nnp, ""));
+
+    report.push(landlock_rules::apply(landlock));
+
+    let seccomp_ok = match seccomp {
+        Some(p) => match seccomp_policy::install(p) {
+            Ok(()) => Guarantee::new(
+                "seccomp",
+                true,
+                format!(
+                    "{} deny rules, sockets: {}",
+                    seccomp_policy::DENY_RULES.len(),
+                    match sockets {
+                        SocketPolicy::UnixAndLoopbackInet => "unix + inet in empty netns",
+                        SocketPolicy::UnixOnly => "unix only",
+                    }
+                ),
+            ),
+            Err(e) => Guarantee::new("seccomp", false, e),
+        },
+        None => Guarantee::new("seccomp", false, "no policy for this architecture"),
+    };
+    report.push(seccomp_ok);
+    report.push(Guarantee::new("dies_with_parent", true, "PR_SET_PDEATHSIG"));
+
+    // The executable must still be the one that was resolved and hashed.
+    let exe_ok = fs::File::from(match exe.try_clone() {
+        Ok(f) => f,
+        Err(e) => return status.fail("executable", e),
+    })
+    .metadata()
+    .ok()
+    .is_some_and(|m| crate::exe::same_identity(&spec.exe, &m))
+        && fs::metadata(&spec.exe.path).is_ok_and(|m| crate::exe::same_identity(&spec.exe, &m));
+    if !exe_ok {
+        status.send(&InitEvent::ExecutableChanged);
+        return crate::EXIT_SANDBOX_FAILED;
+    }
+
+    if spec.require_containment {
+        let extra: Vec<&str> = spec.required_extra.iter().map(String::as_str).collect();
+        let missing = report.missing(&extra);
+        if !missing.is_empty() {
+            status.send(&InitEvent::Blocked { missing, report });
+            return crate::EXIT_SANDBOX_FAILED;
+        }
+    }
+
+    let argv: Vec<CString> = spec
+        .argv
+        .iter()
+        .filter_map(|a| CString::new(a.as_bytes()).ok())
+        .collect();
+    let envp: Vec<CString> = spec
+        .env
+        .iter()
+        .filter_map(|(k, v)| CString::new(format!("{k}={v}")).ok())
+        .collect();
+    let by_fd = spec.exec_by_fd && !sys::is_script(exe.as_raw_fd());
+    status.send(&InitEvent::Ready { report });
+    sys::cloexec_from_3();
+    let errno = sys::exec(exe.as_raw_fd(), &spec.exe.path, &argv, &envp, by_fd);
+    status.send(&InitEvent::ExecFailed { errno: errno as i32 });
+    127
+}
+
+// ---------------------------------------------------------------- fallback
+
+/// The fallback rung: no namespaces. Landlock is the filesystem boundary,
+/// seccomp refuses every network socket, and this process becomes a child
+/// subreaper so that it can kill every descendant when the workload ends.
+fn fallback(spec: InitSpec, mut status: Status, exe: OwnedFd, notes: Vec<Guarantee>) -> i32 {
+    let mut report = ContainmentReport {
+        driver: Driver::Landlock,
+        level: Level::LandlockSeccomp,
+        guarantees: spec.base_guarantees.clone(),
+    };
+    for g in notes {
+        report.push(g);
+    }
+    for name in ["mount_namespace", "pid_namespace", "network_namespace", "ipc_namespace", "uts_namespace", "private_root"] {
+        report.push(Guarantee::new(name, false, "fallback level"));
+    }
+    if report.get("user_namespace").is_none() {
+        report.push(Guarantee::new("user_namespace", false, "fallback level"));
+    }
+    report.push(Guarantee::new("network_denied", true, "seccomp: AF_UNIX only; landlock: no TCP bind/connect"));
+    let _ = nix::sys::prctl::set_child_subreaper(true);
+    let seccomp = seccomp_policy::compile(SocketPolicy::UnixOnly, libc::EPERM as u32);
+    let mut read_write: Vec<PathBuf> = spec.writable.clone();
+    read_write.extend(spec.scratch.clone());
+    let landlock = LandlockPaths {
+        read_exec: {
+            let mut v: Vec<PathBuf> = SYSTEM_DIRS.iter().map(PathBuf::from).filter(|p| p.exists()).collect();
+            v.extend(ETC_ENTRIES.iter().map(PathBuf::from).filter(|p| p.exists()));
+            v.extend(spec.readonly.iter().cloned());
+            if !v.iter().chain(&spec.writable).any(|r| spec.exe.path.starts_with(r)) {
+                v.push(spec.exe.path.clone());
+            }
+            v
+        },
+        read_only: Vec::new(),
+        read_write,
+        devices: DEVICES.iter().map(|d| Path::new("/dev").join(d)).collect(),
+        deny_tcp: true,
+    };
+    match sys::fork_single_threaded() {
+        Err(e) => status.fail("fork", e),
+        Ok(ForkResult::Child) => {
+            let code = workload(&spec, &mut status, &exe, report, &landlock, seccomp.as_ref().ok(), SocketPolicy::UnixOnly);
+            std::process::exit(code)
+        }
+        Ok(ForkResult::Parent { child }) => {
+            drop(exe);
+            quiet_stdio();
+            FORWARD_TO.store(child.as_raw(), Ordering::SeqCst);
+            for sig in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP] {
+                sys::on_signal(sig, forward_signal);
+            }
+            let exit = reap_until(child, || {});
+            kill_descendants();
+            status.send(&exit);
+            0
+        }
+    }
+}
+
+/// Kills and reaps every remaining descendant (they were re-parented to us
+/// as subreaper).
+fn kill_descendants() {
+    let me = std::process::id();
+    for _ in 0..1000 {
+        let children = fs::read_to_string(format!("/proc/{me}/task/{me}/children")).unwrap_or_default();
+        let pids: Vec<i32> = children.split_whitespace().filter_map(|p| p.parse().ok()).collect();
+        if pids.is_empty() {
+            return;
+        }
+        for p in &pids {
+            let _ = kill(Pid::from_raw(*p), Signal::SIGKILL);
+        }
+        while let Ok(s) = waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
+            if s == WaitStatus::StillAlive {
+                break;
+            }
+        }
+        std::thread::yield_now();
+    }
+}
+
+#[allow(dead_code)]
+fn raw(fd: &OwnedFd) -> RawFd {
+    fd.as_raw_fd()
+}

@@ -1,0 +1,44 @@
+//! The broker and the Linux sandbox drivers (SBX-1 … SBX-7).
+//!
+//! This crate is the one place in airlock that creates processes for
+//! workloads. Everything untrusted — script workers, agent tool commands,
+//! `airlock sandbox exec` — goes through [`Broker::run`], which takes a
+//! parsed [`SandboxSpec`] and returns one [`RunResult`].
+//!
+//! Drivers, strongest first (SBX-6):
+//! - `namespaces`: user, mount, PID, network, IPC, UTS and cgroup namespaces,
+//!   a tmpfs root with read-only system binds, Landlock, seccomp, rlimits and
+//!   cgroup limits. Entered by re-executing the airlock binary as a small
+//!   init process (see [`init`]), so that all set-up runs single-threaded.
+//! - `landlock`: the fallback when user namespaces are unavailable: Landlock
+//!   and seccomp with every network socket denied; no PID or mount isolation.
+//! - `uncontained`: development only, labelled as such in every report.
+//!
+//! What this crate must not do: print, read configuration files, know about
+//! runs, workers or HTTP. It never decides policy beyond what a spec says.
+
+pub mod broker;
+pub mod cgroup;
+pub mod env;
+pub mod exe;
+pub mod init;
+pub mod landlock_rules;
+pub mod output;
+pub mod report;
+pub mod seccomp_policy;
+pub mod spec;
+mod sys;
+mod wire;
+
+pub use broker::{Broker, LaunchError, RunResult};
+pub use exe::{ExecutableIdentity, ResolvedExecutable};
+pub use report::{ContainmentReport, Driver, Guarantee, Level};
+pub use spec::{DriverChoice, Limits, SandboxRequest, SandboxSpec, SpecError};
+
+/// The hidden first argument that turns the airlock binary into the sandbox
+/// init process. The binary's `main` must call [`init::main_if_requested`]
+/// before doing anything else (in particular before starting threads).
+pub const INIT_ARG: &str = "__airlock-sandbox-init";
+
+/// Exit status used when the sandbox itself could not start (SBX-7).
+pub const EXIT_SANDBOX_FAILED: i32 = 125;

@@ -1,0 +1,290 @@
+//! What a caller asks for, and the parsed spec the broker accepts.
+//!
+//! [`SandboxRequest`] is plain data from a front end; [`SandboxSpec::parse`]
+//! turns it into a [`SandboxSpec`] or a precise [`SpecError`]. The broker
+//! only takes the parsed type.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::env::{self, EnvError};
+
+/// Which driver to use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DriverChoice {
+    /// The strongest available: `namespaces`, else the `landlock` fallback.
+    #[default]
+    Auto,
+    Namespaces,
+    /// The fallback ladder's lower rung, selectable explicitly.
+    Landlock,
+    /// No containment at all. Development only; labelled everywhere.
+    Uncontained,
+}
+
+/// Resource limits (SBX-3). `None` means the driver default.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Limits {
+    pub memory_bytes: Option<u64>,
+    pub pids: Option<u64>,
+    /// CPU bandwidth in thousandths of a core (1000 = one full core).
+    pub cpu_millicores: Option<u64>,
+    pub nofile: Option<u64>,
+    /// Largest file the workload may write, in bytes (`RLIMIT_FSIZE`).
+    pub file_size_bytes: Option<u64>,
+    /// Size of the private `/tmp` tmpfs, in bytes.
+    pub tmp_bytes: Option<u64>,
+}
+
+pub const DEFAULT_PIDS: u64 = 256;
+pub const DEFAULT_NOFILE: u64 = 1024;
+pub const DEFAULT_FILE_SIZE: u64 = 1 << 30;
+pub const DEFAULT_TMP_BYTES: u64 = 256 << 20;
+pub const DEFAULT_OUTPUT_BUDGET: usize = 1 << 20;
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
+pub const DEFAULT_GRACE: Duration = Duration::from_secs(2);
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// A request as a front end builds it.
+#[derive(Debug, Clone, Default)]
+pub struct SandboxRequest {
+    pub argv: Vec<String>,
+    pub cwd: Option<PathBuf>,
+    pub writable: Vec<PathBuf>,
+    pub readonly: Vec<PathBuf>,
+    pub env: Vec<(String, String)>,
+    pub timeout: Option<Duration>,
+    pub grace: Option<Duration>,
+    pub limits: Limits,
+    /// Per-stream budget for captured stdout and stderr, in bytes.
+    pub output_budget: Option<usize>,
+    pub driver: DriverChoice,
+    pub require_containment: bool,
+}
+
+/// A request that passed every check. Built only by [`SandboxSpec::parse`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SandboxSpec {
+    pub(crate) argv: Vec<String>,
+    pub(crate) cwd: PathBuf,
+    pub(crate) writable: Vec<PathBuf>,
+    pub(crate) readonly: Vec<PathBuf>,
+    pub(crate) declared_env: BTreeMap<String, String>,
+    pub(crate) platform_env: BTreeMap<String, String>,
+    pub(crate) timeout: Duration,
+    pub(crate) grace: Duration,
+    pub(crate) limits: Limits,
+    pub(crate) output_budget: usize,
+    pub(crate) driver: DriverChoice,
+    pub(crate) require_containment: bool,
+}
+
+/// Why a request was refused. Each message names the offending part.
+#[derive(Debug, thiserror::Error)]
+pub enum SpecError {
+    #[error("no command given")]
+    NoCommand,
+    #[error("argument {0} contains a NUL byte")]
+    NulInArgument(usize),
+    #[error("{what} {path:?} must be an absolute path")]
+    NotAbsolute { what: &'static str, path: PathBuf },
+    #[error("{what} {path:?} does not exist or is not a directory")]
+    NotADirectory { what: &'static str, path: PathBuf },
+    #[error("{what} {path:?} would expose a system directory; choose a dedicated directory")]
+    Forbidden { what: &'static str, path: PathBuf },
+    #[error("working directory {0:?} is outside the writable and read-only roots")]
+    CwdOutsideRoots(PathBuf),
+    #[error("timeout must be between 1 ms and 7 days")]
+    BadTimeout,
+    #[error("{0} limit must be greater than zero")]
+    ZeroLimit(&'static str),
+    #[error(transparent)]
+    Env(#[from] EnvError),
+}
+
+/// Directories that may never be a writable or read-only root: binding them
+/// would hand the workload the host's state or the platform's secrets.
+const FORBIDDEN_ROOTS: &[&str] = &[
+    "/", "/proc", "/sys", "/dev", "/run", "/var/run", "/etc", "/boot", "/root", "/home", "/usr",
+    "/var", "/bin", "/sbin", "/lib", "/lib64",
+];
+
+impl SandboxSpec {
+    pub fn parse(req: SandboxRequest) -> Result<Self, SpecError> {
+        if req.argv.is_empty() || req.argv[0].is_empty() {
+            return Err(SpecError::NoCommand);
+        }
+        if let Some(i) = req.argv.iter().position(|a| a.contains('\0')) {
+            return Err(SpecError::NulInArgument(i));
+        }
+        let writable = canonical_roots("writable root", &req.writable)?;
+        let readonly = canonical_roots("read-only root", &req.readonly)?;
+        let cwd = match req.cwd {
+            Some(cwd) => {
+                let c = canonical_dir("working directory", &cwd)?;
+                let inside = writable.iter().chain(&readonly).any(|r| c.starts_with(r));
+                if !inside && c != Path::new("/tmp") {
+                    return Err(SpecError::CwdOutsideRoots(cwd));
+                }
+                c
+            }
+            None => writable.first().cloned().unwrap_or_else(|| PathBuf::from("/tmp")),
+        };
+        let timeout = req.timeout.unwrap_or(DEFAULT_TIMEOUT);
+        if timeout.is_zero() || timeout > MAX_TIMEOUT {
+            return Err(SpecError::BadTimeout);
+        }
+        let limits = req.limits;
+        for (name, v) in [
+            ("memory", limits.memory_bytes),
+            ("pids", limits.pids),
+            ("cpu", limits.cpu_millicores),
+            ("nofile", limits.nofile),
+            ("file size", limits.file_size_bytes),
+            ("tmp size", limits.tmp_bytes),
+        ] {
+            if v == Some(0) {
+                return Err(SpecError::ZeroLimit(name));
+            }
+        }
+        Ok(Self {
+            argv: req.argv,
+            cwd,
+            writable,
+            readonly,
+            declared_env: env::parse_declared(&req.env)?,
+            platform_env: BTreeMap::new(),
+            timeout,
+            grace: req.grace.unwrap_or(DEFAULT_GRACE),
+            limits,
+            output_budget: req.output_budget.unwrap_or(DEFAULT_OUTPUT_BUDGET),
+            driver: req.driver,
+            require_containment: req.require_containment,
+        })
+    }
+
+    /// Adds a variable the platform itself sets (run metadata, proxy
+    /// settings). Only names under `AIRLOCK_` or the proxy variables.
+    pub fn with_platform_env(mut self, name: &str, value: &str) -> Self {
+        let allowed = name.starts_with("AIRLOCK_") || env::PLATFORM_SET.contains(&name);
+        if allowed && !value.contains('\0') {
+            self.platform_env.insert(name.to_string(), value.to_string());
+        }
+        self
+    }
+
+    pub fn argv(&self) -> &[String] {
+        &self.argv
+    }
+    pub fn cwd(&self) -> &Path {
+        &self.cwd
+    }
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+    pub fn driver(&self) -> DriverChoice {
+        self.driver
+    }
+}
+
+fn canonical_dir(what: &'static str, p: &Path) -> Result<PathBuf, SpecError> {
+    if !p.is_absolute() {
+        return Err(SpecError::NotAbsolute {
+            what,
+            path: p.to_path_buf(),
+        });
+    }
+    let c = p.canonicalize().map_err(|_| SpecError::NotADirectory {
+        what,
+        path: p.to_path_buf(),
+    })?;
+    if !c.is_dir() {
+        return Err(SpecError::NotADirectory {
+            what,
+            path: p.to_path_buf(),
+        });
+    }
+    Ok(c)
+}
+
+fn canonical_roots(what: &'static str, roots: &[PathBuf]) -> Result<Vec<PathBuf>, SpecError> {
+    let mut out = Vec::new();
+    for r in roots {
+        let c = canonical_dir(what, r)?;
+        if FORBIDDEN_ROOTS.iter().any(|f| c == Path::new(f)) || c.starts_with("/proc") || c.starts_with("/sys") || c.starts_with("/dev") || c.starts_with("/run") {
+            return Err(SpecError::Forbidden { what, path: r.clone() });
+        }
+        if !out.contains(&c) {
+            out.push(c);
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(argv: &[&str]) -> SandboxRequest {
+        SandboxRequest {
+            argv: argv.iter().map(|s| s.to_string()).collect(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn sbx_7_missing_command_is_refused() {
+        assert!(matches!(SandboxSpec::parse(req(&[])), Err(SpecError::NoCommand)));
+    }
+
+    #[test]
+    fn sbx_1_cwd_outside_writable_roots_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let other = tempfile::tempdir().unwrap();
+        let mut r = req(&["true"]);
+        r.writable = vec![dir.path().to_path_buf()];
+        r.cwd = Some(other.path().to_path_buf());
+        assert!(matches!(SandboxSpec::parse(r.clone()), Err(SpecError::CwdOutsideRoots(_))));
+        r.cwd = Some(dir.path().to_path_buf()); // positive control
+        assert!(SandboxSpec::parse(r).is_ok());
+    }
+
+    #[test]
+    fn sbx_5_system_directories_cannot_be_roots() {
+        for root in ["/", "/etc", "/proc/self", "/run", "/home", "/usr"] {
+            let mut r = req(&["true"]);
+            r.writable = vec![PathBuf::from(root)];
+            assert!(
+                matches!(SandboxSpec::parse(r), Err(SpecError::Forbidden { .. })),
+                "{root}"
+            );
+        }
+    }
+
+    #[test]
+    fn sbx_5_denied_env_is_refused_at_parse() {
+        let mut r = req(&["true"]);
+        r.env = vec![("LD_PRELOAD".into(), "/tmp/x.so".into())];
+        assert!(matches!(SandboxSpec::parse(r), Err(SpecError::Env(EnvError::Denied(_)))));
+    }
+
+    #[test]
+    fn sbx_1_relative_roots_and_zero_limits_are_refused() {
+        let mut r = req(&["true"]);
+        r.writable = vec![PathBuf::from("relative/dir")];
+        assert!(matches!(SandboxSpec::parse(r), Err(SpecError::NotAbsolute { .. })));
+        let mut r = req(&["true"]);
+        r.limits.pids = Some(0);
+        assert!(matches!(SandboxSpec::parse(r), Err(SpecError::ZeroLimit("pids"))));
+        let mut r = req(&["true"]);
+        r.timeout = Some(Duration::ZERO);
+        assert!(matches!(SandboxSpec::parse(r), Err(SpecError::BadTimeout)));
+    }
+}

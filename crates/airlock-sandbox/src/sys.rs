@@ -1,0 +1,257 @@
+//! Thin wrappers over the system calls that have no safe binding we can
+//! use. This module and the tests of `seccomp_policy` are the only places
+//! with `unsafe` in airlock; each block says why it is sound.
+#![allow(unsafe_code)]
+
+use std::ffi::CString;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+use nix::errno::Errno;
+
+/// `fork()` for a process that is known to be single-threaded (the sandbox
+/// init), where the child may run arbitrary Rust code.
+pub(crate) fn fork_single_threaded() -> Result<nix::unistd::ForkResult, Errno> {
+    // SAFETY: only called from the sandbox init process, which is
+    // single-threaded (it is a fresh exec of the airlock binary that starts
+    // no threads), so the child inherits no locks held by other threads.
+    unsafe { nix::unistd::fork() }
+}
+
+/// Takes ownership of a descriptor number inherited from the broker.
+pub(crate) fn inherited_fd(fd: RawFd) -> Option<OwnedFd> {
+    // SAFETY: F_GETFD only inspects the descriptor table.
+    let valid = unsafe { libc::fcntl(fd, libc::F_GETFD) } >= 0;
+    if !valid {
+        return None;
+    }
+    set_cloexec(fd);
+    // SAFETY: the broker placed this descriptor at this number for us and
+    // nothing else in this process owns it.
+    Some(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Duplicates `fd` to the lowest free number at or above `min`, close-on-exec.
+pub(crate) fn dup_above(fd: &OwnedFd, min: RawFd) -> std::io::Result<OwnedFd> {
+    // SAFETY: F_DUPFD_CLOEXEC returns a new descriptor that nothing else owns.
+    let new = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, min) };
+    if new < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: `new` is a fresh, valid descriptor owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(new) })
+}
+
+pub(crate) fn set_cloexec(fd: RawFd) {
+    // SAFETY: F_SETFD on a descriptor number; failure is harmless.
+    unsafe {
+        libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC);
+    }
+}
+
+/// Marks every descriptor from 3 up close-on-exec.
+pub(crate) fn cloexec_from_3() {
+    // SAFETY: close_range with CLOSE_RANGE_CLOEXEC only sets flags.
+    let r = unsafe { libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, libc::CLOSE_RANGE_CLOEXEC) };
+    if r != 0 {
+        for fd in 3..1024 {
+            set_cloexec(fd);
+        }
+    }
+}
+
+/// Duplicates `src` onto `dst` (clearing close-on-exec on `dst`). Used in
+/// the broker's `pre_exec`, so it must stay async-signal-safe.
+pub(crate) fn dup_onto(src: RawFd, dst: RawFd) -> std::io::Result<()> {
+    if src == dst {
+        // SAFETY: clearing FD_CLOEXEC on a descriptor we own.
+        let r = unsafe { libc::fcntl(dst, libc::F_SETFD, 0) };
+        return if r < 0 { Err(std::io::Error::last_os_error()) } else { Ok(()) };
+    }
+    // SAFETY: dup2 is async-signal-safe and only touches the fd table.
+    if unsafe { libc::dup2(src, dst) } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Sets the parent-death signal to SIGKILL (async-signal-safe).
+pub(crate) fn die_with_parent() -> std::io::Result<()> {
+    // SAFETY: prctl(PR_SET_PDEATHSIG) with a constant signal.
+    if unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Runs `f` in the child of `Command::spawn` before exec.
+pub(crate) fn set_pre_exec(
+    cmd: &mut std::process::Command,
+    f: impl FnMut() -> std::io::Result<()> + Send + Sync + 'static,
+) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: every closure passed here only calls async-signal-safe
+    // functions (dup2, fcntl, prctl, setsid) and does not allocate.
+    unsafe {
+        cmd.pre_exec(f);
+    }
+}
+
+/// Brings the loopback interface of the current network namespace up.
+pub(crate) fn loopback_up() -> Result<(), Errno> {
+    let sock = nix::sys::socket::socket(
+        nix::sys::socket::AddressFamily::Inet,
+        nix::sys::socket::SockType::Datagram,
+        nix::sys::socket::SockFlag::SOCK_CLOEXEC,
+        None,
+    )?;
+    // SAFETY: ifreq is plain old data; all-zero is a valid value.
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (i, b) in b"lo".iter().enumerate() {
+        req.ifr_name[i] = *b as libc::c_char;
+    }
+    // SAFETY: SIOCGIFFLAGS reads into the ifreq we own.
+    if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFFLAGS, &mut req) } < 0 {
+        return Err(Errno::last());
+    }
+    // SAFETY: the union field written by SIOCGIFFLAGS is ifru_flags.
+    unsafe {
+        req.ifr_ifru.ifru_flags |= (libc::IFF_UP | libc::IFF_RUNNING) as libc::c_short;
+    }
+    // SAFETY: SIOCSIFFLAGS reads the ifreq we own.
+    if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFFLAGS, &req) } < 0 {
+        return Err(Errno::last());
+    }
+    Ok(())
+}
+
+/// Drops every capability: sets the secure bits that stop the kernel from
+/// granting them back, empties the bounding and ambient sets, then the
+/// effective, permitted and inheritable sets. Returns whether all sets are
+/// empty afterwards.
+pub(crate) fn drop_all_capabilities() -> bool {
+    const SECBIT_NOROOT: libc::c_ulong = 1 << 0;
+    const SECBIT_NOROOT_LOCKED: libc::c_ulong = 1 << 1;
+    const SECBIT_NO_SETUID_FIXUP: libc::c_ulong = 1 << 2;
+    const SECBIT_NO_SETUID_FIXUP_LOCKED: libc::c_ulong = 1 << 3;
+    const SECBIT_KEEP_CAPS_LOCKED: libc::c_ulong = 1 << 5;
+    const SECBIT_NO_CAP_AMBIENT_RAISE: libc::c_ulong = 1 << 6;
+    const SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED: libc::c_ulong = 1 << 7;
+    let bits = SECBIT_NOROOT
+        | SECBIT_NOROOT_LOCKED
+        | SECBIT_NO_SETUID_FIXUP
+        | SECBIT_NO_SETUID_FIXUP_LOCKED
+        | SECBIT_KEEP_CAPS_LOCKED
+        | SECBIT_NO_CAP_AMBIENT_RAISE
+        | SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED;
+    // SAFETY: prctl calls with integer arguments only.
+    unsafe {
+        libc::prctl(libc::PR_SET_SECUREBITS, bits, 0, 0, 0);
+        let last = std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
+            .ok()
+            .and_then(|s| s.trim().parse::<libc::c_ulong>().ok())
+            .unwrap_or(63);
+        for cap in 0..=last {
+            libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0);
+        }
+        libc::prctl(libc::PR_CAP_AMBIENT, libc::PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
+    }
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: i32,
+    }
+    #[repr(C)]
+    #[derive(Default, Clone, Copy)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    const VERSION_3: u32 = 0x2008_0522;
+    let mut hdr = Header {
+        version: VERSION_3,
+        pid: 0,
+    };
+    let data = [Data::default(); 2];
+    // SAFETY: capset with a v3 header and two data structs, as documented.
+    let set = unsafe { libc::syscall(libc::SYS_capset, &mut hdr, data.as_ptr()) } == 0;
+    let mut now = [Data::default(); 2];
+    hdr.version = VERSION_3;
+    // SAFETY: capget fills the two data structs we own.
+    let got = unsafe { libc::syscall(libc::SYS_capget, &mut hdr, now.as_mut_ptr()) } == 0;
+    // SAFETY: PR_CAPBSET_READ with a capability number.
+    let bounding_empty = unsafe { libc::prctl(libc::PR_CAPBSET_READ, 0, 0, 0, 0) } == 0;
+    set && got
+        && now.iter().all(|d| d.effective == 0 && d.permitted == 0 && d.inheritable == 0)
+        && bounding_empty
+}
+
+/// Executes the descriptor itself (`execveat(fd, "", …, AT_EMPTY_PATH)`), or
+/// the path when `by_fd` is false. Returns only on failure.
+pub(crate) fn exec(fd: RawFd, path: &std::path::Path, argv: &[CString], envp: &[CString], by_fd: bool) -> Errno {
+    let mut argv_ptrs: Vec<*const libc::c_char> = argv.iter().map(|a| a.as_ptr()).collect();
+    argv_ptrs.push(std::ptr::null());
+    let mut envp_ptrs: Vec<*const libc::c_char> = envp.iter().map(|a| a.as_ptr()).collect();
+    envp_ptrs.push(std::ptr::null());
+    if by_fd {
+        let empty = c"";
+        // SAFETY: argv and envp are NULL-terminated arrays of pointers to
+        // CStrings that outlive the call; on success it does not return.
+        unsafe {
+            libc::syscall(
+                libc::SYS_execveat,
+                fd,
+                empty.as_ptr(),
+                argv_ptrs.as_ptr(),
+                envp_ptrs.as_ptr(),
+                libc::AT_EMPTY_PATH,
+            );
+        }
+    } else {
+        let Ok(p) = CString::new(path.as_os_str().as_encoded_bytes()) else {
+            return Errno::EINVAL;
+        };
+        // SAFETY: as above.
+        unsafe {
+            libc::execve(p.as_ptr(), argv_ptrs.as_ptr(), envp_ptrs.as_ptr());
+        }
+    }
+    Errno::last()
+}
+
+/// Installs `handler` for `sig` without SA_RESTART, so a blocking wait is
+/// interrupted and the loop can act on the signal.
+pub(crate) fn on_signal(sig: nix::sys::signal::Signal, handler: extern "C" fn(libc::c_int)) {
+    use nix::sys::signal::{SaFlags, SigAction, SigHandler, SigSet, sigaction};
+    let action = SigAction::new(SigHandler::Handler(handler), SaFlags::empty(), SigSet::empty());
+    // SAFETY: the handlers we install only store into an atomic, which is
+    // async-signal-safe.
+    unsafe {
+        let _ = sigaction(sig, &action);
+    }
+}
+
+/// Restores default signal dispositions and an empty mask (a workload must
+/// not inherit the init's handlers or blocked signals).
+pub(crate) fn reset_signals() {
+    use nix::sys::signal::{SaFlags, SigAction, SigHandler, SigSet, SigmaskHow, sigaction, sigprocmask};
+    let dfl = SigAction::new(SigHandler::SigDfl, SaFlags::empty(), SigSet::empty());
+    for sig in nix::sys::signal::Signal::iterator() {
+        if matches!(sig, nix::sys::signal::Signal::SIGKILL | nix::sys::signal::Signal::SIGSTOP) {
+            continue;
+        }
+        // SAFETY: restoring the default disposition is always sound.
+        unsafe {
+            let _ = sigaction(sig, &dfl);
+        }
+    }
+    let _ = sigprocmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None);
+}
+
+/// Whether `fd`'s file starts with `#!`.
+pub(crate) fn is_script(fd: RawFd) -> bool {
+    let mut buf = [0u8; 2];
+    // SAFETY: pread into a two-byte buffer we own; does not move the offset.
+    let n = unsafe { libc::pread(fd, buf.as_mut_ptr().cast(), 2, 0) };
+    n == 2 && &buf == b"#!"
+}

@@ -1,0 +1,77 @@
+//! The private protocol between the broker and the sandbox init process.
+//!
+//! The broker writes one [`InitSpec`] as JSON to descriptor [`SPEC_FD`] and
+//! closes it; the init process and the workload child report
+//! [`InitEvent`]s, one JSON line each, on [`STATUS_FD`]. That descriptor is
+//! close-on-exec, so the workload never holds it, and the processes that do
+//! hold it are non-dumpable, so the workload cannot reach it through
+//! `/proc/<pid>/fd` either.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use crate::exe::ExecutableIdentity;
+use crate::report::{ContainmentReport, Guarantee, Level};
+
+pub(crate) const SPEC_FD: i32 = 3;
+pub(crate) const STATUS_FD: i32 = 4;
+pub(crate) const EXE_FD: i32 = 5;
+
+/// Resource limits applied with `setrlimit` inside.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct Rlimits {
+    pub nofile: u64,
+    pub nproc: u64,
+    pub fsize: u64,
+    pub cpu_secs: u64,
+    /// Address-space cap, used only when no cgroup memory limit could be set.
+    pub address_space: Option<u64>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct InitSpec {
+    pub argv: Vec<String>,
+    pub env: Vec<(String, String)>,
+    pub cwd: PathBuf,
+    pub exe: ExecutableIdentity,
+    /// Execute through the hashed descriptor (ELF); scripts go by path
+    /// because their interpreter must be able to open them.
+    pub exec_by_fd: bool,
+    pub level: Level,
+    /// Whether the init may drop to the fallback level on its own when user
+    /// namespaces are unavailable (driver `auto`).
+    pub allow_fallback: bool,
+    pub writable: Vec<PathBuf>,
+    pub readonly: Vec<PathBuf>,
+    pub outer_uid: u32,
+    pub outer_gid: u32,
+    pub rlimits: Rlimits,
+    pub tmp_bytes: u64,
+    /// Private scratch directory on the host for the fallback level.
+    pub scratch: Option<PathBuf>,
+    pub require_containment: bool,
+    pub required_extra: Vec<String>,
+    /// Guarantees established by the broker (cgroup limits).
+    pub base_guarantees: Vec<Guarantee>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub(crate) enum InitEvent {
+    /// Everything is in place; the next step is exec.
+    Ready { report: ContainmentReport },
+    /// `--require-containment` could not be met; nothing was executed.
+    Blocked {
+        missing: Vec<String>,
+        report: ContainmentReport,
+    },
+    SetupFailed { stage: String, error: String },
+    ExecFailed { errno: i32 },
+    ExecutableChanged,
+    /// The workload's main process ended.
+    Exited {
+        code: Option<i32>,
+        signal: Option<i32>,
+    },
+}
