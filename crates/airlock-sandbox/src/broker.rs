@@ -414,6 +414,10 @@ fn make_scratch(name: &str) -> std::io::Result<PathBuf> {
     use std::os::unix::fs::DirBuilderExt;
     let dir = std::env::temp_dir().join(format!("{name}-scratch"));
     std::fs::DirBuilder::new().mode(0o700).create(&dir)?;
+    if nix::unistd::geteuid().is_root() {
+        // The fallback level drops root to nobody, who must own its scratch.
+        std::os::unix::fs::chown(&dir, Some(65534), Some(65534))?;
+    }
     Ok(dir)
 }
 

@@ -144,9 +144,6 @@ fn run() -> i32 {
     let Some(exe) = sys::inherited_fd(EXE_FD) else {
         return status.fail("spec", "missing executable descriptor");
     };
-    // Nothing in the sandbox may read this process's memory or descriptors.
-    let _ = nix::sys::prctl::set_dumpable(false);
-
     match spec.level {
         Level::Namespaces => namespaces(spec, status, exe),
         _ => fallback(spec, status, exe, Vec::new()),
@@ -180,6 +177,9 @@ fn namespaces(spec: InitSpec, mut status: Status, exe: OwnedFd) -> i32 {
     if let Err(e) = maps {
         return status.fail("uid_map", e);
     }
+    // Nothing in the sandbox may read this process's memory or descriptors
+    // (set only now: a non-dumpable process cannot write its own uid_map).
+    let _ = nix::sys::prctl::set_dumpable(false);
 
     // The seccomp program is compiled once here, before any fork.
     let seccomp = seccomp_policy::compile(SocketPolicy::UnixAndLoopbackInet, libc::EPERM as u32);
@@ -253,6 +253,7 @@ fn pid_one(
     let landlock = LandlockPaths {
         read_exec: readable_roots(spec),
         read_only: vec![PathBuf::from("/proc")],
+        list_only: vec![PathBuf::from("/")],
         read_write: spec
             .writable
             .iter()
@@ -651,6 +652,22 @@ fn workload(
         ));
     }
 
+    if report.level == Level::LandlockSeccomp && nix::unistd::geteuid().is_root() {
+        // No user namespace to make "root" harmless: become nobody. The
+        // uid change clears every capability; the bounding set goes first.
+        let caps = sys::drop_all_capabilities_then(|| {
+            let nobody = nix::unistd::Gid::from_raw(65534);
+            nix::unistd::setgroups(&[])
+                .and_then(|()| nix::unistd::setresgid(nobody, nobody, nobody))
+                .and_then(|()| {
+                    let u = nix::unistd::Uid::from_raw(65534);
+                    nix::unistd::setresuid(u, u, u)
+                })
+                .is_ok()
+        });
+        report.push(Guarantee::new("capabilities_dropped", caps, "root dropped to uid 65534"));
+        report.push(Guarantee::new("non_root_uid", !nix::unistd::geteuid().is_root(), "uid 65534"));
+    }
     if report.level == Level::Namespaces {
         let caps = sys::drop_all_capabilities();
         report.push(Guarantee::new("capabilities_dropped", caps, "bounding, ambient, effective, permitted, inheritable"));
@@ -744,6 +761,7 @@ fn fallback(spec: InitSpec, mut status: Status, exe: OwnedFd, notes: Vec<Guarant
         report.push(Guarantee::new("user_namespace", false, "fallback level"));
     }
     report.push(Guarantee::new("network_denied", true, "seccomp: AF_UNIX only; landlock: no TCP bind/connect"));
+    let _ = nix::sys::prctl::set_dumpable(false);
     let _ = nix::sys::prctl::set_child_subreaper(true);
     let seccomp = seccomp_policy::compile(SocketPolicy::UnixOnly, libc::EPERM as u32);
     let mut read_write: Vec<PathBuf> = spec.writable.clone();
@@ -759,6 +777,7 @@ fn fallback(spec: InitSpec, mut status: Status, exe: OwnedFd, notes: Vec<Guarant
             v
         },
         read_only: Vec::new(),
+        list_only: Vec::new(),
         read_write,
         devices: DEVICES.iter().map(|d| Path::new("/dev").join(d)).collect(),
         deny_tcp: true,

@@ -29,6 +29,9 @@ pub struct LandlockPaths {
     pub read_only: Vec<PathBuf>,
     /// Everything (writable roots, private `/tmp`, `/dev/shm`).
     pub read_write: Vec<PathBuf>,
+    /// Directory listing only, not file contents (the new root itself, so
+    /// that `ls /` works; beneath it the other rules decide).
+    pub list_only: Vec<PathBuf>,
     /// Read and write of existing files only (`/dev/null` and friends).
     pub devices: Vec<PathBuf>,
     /// Deny TCP bind and connect (the fallback level has no network namespace).
@@ -68,6 +71,7 @@ fn try_apply(paths: &LandlockPaths) -> Result<(RulesetStatus, String), landlock:
         .no_new_privs(true)
         .add_rules(path_beneath_rules(&paths.read_exec, read_exec))?
         .add_rules(path_beneath_rules(&paths.read_only, read_only))?
+        .add_rules(path_beneath_rules(&paths.list_only, AccessFs::ReadDir))?
         .add_rules(path_beneath_rules(&paths.devices, device))?
         .add_rules(path_beneath_rules(&paths.read_write, AccessFs::from_all(abi)))?
         .restrict_self()?;

@@ -129,6 +129,13 @@ pub(crate) fn loopback_up() -> Result<(), Errno> {
 /// effective, permitted and inheritable sets. Returns whether all sets are
 /// empty afterwards.
 pub(crate) fn drop_all_capabilities() -> bool {
+    drop_all_capabilities_then(|| true)
+}
+
+/// Like [`drop_all_capabilities`], running `between` after the bounding set
+/// is emptied and before the remaining sets are cleared (used to change uid
+/// while CAP_SETUID is still held).
+pub(crate) fn drop_all_capabilities_then(between: impl FnOnce() -> bool) -> bool {
     const SECBIT_NOROOT: libc::c_ulong = 1 << 0;
     const SECBIT_NOROOT_LOCKED: libc::c_ulong = 1 << 1;
     const SECBIT_NO_SETUID_FIXUP: libc::c_ulong = 1 << 2;
@@ -155,6 +162,7 @@ pub(crate) fn drop_all_capabilities() -> bool {
         }
         libc::prctl(libc::PR_CAP_AMBIENT, libc::PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
     }
+    let between_ok = between();
     #[repr(C)]
     struct Header {
         version: u32,
@@ -181,7 +189,9 @@ pub(crate) fn drop_all_capabilities() -> bool {
     let got = unsafe { libc::syscall(libc::SYS_capget, &mut hdr, now.as_mut_ptr()) } == 0;
     // SAFETY: PR_CAPBSET_READ with a capability number.
     let bounding_empty = unsafe { libc::prctl(libc::PR_CAPBSET_READ, 0, 0, 0, 0) } == 0;
-    set && got
+    between_ok
+        && set
+        && got
         && now.iter().all(|d| d.effective == 0 && d.permitted == 0 && d.inheritable == 0)
         && bounding_empty
 }

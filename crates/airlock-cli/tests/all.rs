@@ -1,0 +1,2 @@
+//! One integration-test binary for the CLI crate; the cases live in `suite/`.
+mod suite;

@@ -1,0 +1,3 @@
+mod sandbox_attacks;
+mod sandbox_cli;
+mod support;

@@ -1,0 +1,205 @@
+//! Helpers: run the real `airlock` binary, as root or as an unprivileged
+//! user created for the tests, and parse its one JSON object.
+#![allow(dead_code)]
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+use serde_json::Value;
+
+/// Who runs `airlock`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Who {
+    /// The test process's own user (root in CI).
+    Invoker,
+    /// An unprivileged user created for the tests (when the invoker is root).
+    Unprivileged,
+}
+
+pub const TEST_USER: &str = "airlock-test";
+/// A credential-shaped value planted in the broker's environment and files.
+pub const SENTINEL: &str = "sk-airlock-sentinel-7f3a9c0e5d";
+
+pub fn is_root() -> bool {
+    nix_uid() == 0
+}
+
+fn nix_uid() -> u32 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .and_then(|l| l.split_whitespace().nth(2).and_then(|v| v.parse().ok()))
+        })
+        .unwrap_or(u32::MAX)
+}
+
+/// uid and gid of the unprivileged test user, creating it when needed.
+pub fn test_user() -> Option<(u32, u32)> {
+    static USER: OnceLock<Option<(u32, u32)>> = OnceLock::new();
+    *USER.get_or_init(|| {
+        if !is_root() {
+            return None;
+        }
+        let id = |flag: &str| -> Option<u32> {
+            let o = Command::new("id").args([flag, TEST_USER]).output().ok()?;
+            String::from_utf8(o.stdout).ok()?.trim().parse().ok()
+        };
+        if id("-u").is_none() {
+            let _ = Command::new("useradd")
+                .args(["--system", "--no-create-home", "--shell", "/usr/sbin/nologin", TEST_USER])
+                .status();
+        }
+        Some((id("-u")?, id("-g")?))
+    })
+}
+
+/// The binary, copied to a world-readable place so the test user can run it
+/// whatever the permissions of the checkout's parents.
+pub fn airlock_bin() -> PathBuf {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let src = PathBuf::from(env!("CARGO_BIN_EXE_airlock"));
+        if !is_root() {
+            return src;
+        }
+        let dir = std::env::temp_dir().join(format!("airlock-itest-bin-{}", std::process::id()));
+        let _ = std::fs::create_dir_all(&dir);
+        let _ = std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755));
+        let dst = dir.join("airlock");
+        if std::fs::copy(&src, &dst).is_err() {
+            return src;
+        }
+        let _ = std::fs::set_permissions(&dst, std::fs::Permissions::from_mode(0o755));
+        dst
+    })
+    .clone()
+}
+
+/// A command that runs `airlock ARGS` as `who`, with sentinel credentials in
+/// its environment (they must never reach a sandbox).
+pub fn airlock(who: Who) -> Command {
+    let mut cmd = match (who, test_user()) {
+        (Who::Unprivileged, Some((uid, gid))) => {
+            let mut c = Command::new("setpriv");
+            c.args([
+                format!("--reuid={uid}"),
+                format!("--regid={gid}"),
+                "--clear-groups".to_string(),
+                "--".to_string(),
+            ])
+            .arg(airlock_bin());
+            c
+        }
+        _ => Command::new(airlock_bin()),
+    };
+    cmd.env("OPENAI_API_KEY", SENTINEL)
+        .env("AIRLOCK_TEST_SENTINEL", SENTINEL)
+        .env("LD_PRELOAD", "")
+        .current_dir("/");
+    cmd
+}
+
+/// A directory the `who` user owns, removed on drop.
+pub fn workdir(who: Who) -> tempfile::TempDir {
+    let d = tempfile::Builder::new()
+        .prefix("airlock-itest-")
+        .tempdir()
+        .unwrap_or_else(|e| panic!("tempdir: {e}"));
+    if let (Who::Unprivileged, Some((uid, gid))) = (who, test_user()) {
+        let _ = std::os::unix::fs::chown(d.path(), Some(uid), Some(gid));
+    }
+    let _ = std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o755));
+    d
+}
+
+/// Result of one `sandbox exec --json`.
+#[derive(Debug)]
+pub struct Exec {
+    pub json: Value,
+    pub code: i32,
+    pub stderr: String,
+}
+
+impl Exec {
+    pub fn stdout(&self) -> &str {
+        self.json["stdout"].as_str().unwrap_or("")
+    }
+    pub fn guarantee(&self, name: &str) -> bool {
+        self.json["containment"]["guarantees"]
+            .as_array()
+            .is_some_and(|gs| gs.iter().any(|g| g["name"] == name && g["in_force"] == true))
+    }
+    pub fn level(&self) -> &str {
+        self.json["containment"]["level"].as_str().unwrap_or("")
+    }
+    pub fn hit(&self, limit: &str) -> bool {
+        self.json["limit_hits"]
+            .as_array()
+            .is_some_and(|a| a.iter().any(|v| v == limit))
+    }
+}
+
+/// `airlock sandbox exec --json OPTS -- CMD…` as `who`.
+pub fn exec(who: Who, opts: &[&str], cmd: &[&str]) -> Exec {
+    let out: Output = airlock(who)
+        .args(["sandbox", "exec", "--json"])
+        .args(opts)
+        .arg("--")
+        .args(cmd)
+        .output()
+        .unwrap_or_else(|e| panic!("spawn airlock: {e}"));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let mut lines = stdout.lines().filter(|l| !l.trim().is_empty());
+    let first = lines.next().unwrap_or("null");
+    assert!(lines.next().is_none(), "more than one JSON object on stdout: {stdout}");
+    let json: Value = serde_json::from_str(first).unwrap_or_else(|e| panic!("not JSON ({e}): {stdout}"));
+    Exec {
+        json,
+        code: out.status.code().unwrap_or(-1),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+pub fn sh(script: &str) -> Vec<String> {
+    vec!["/bin/sh".into(), "-c".into(), script.into()]
+}
+
+pub fn exec_sh(who: Who, opts: &[&str], script: &str) -> Exec {
+    let cmd = sh(script);
+    let refs: Vec<&str> = cmd.iter().map(String::as_str).collect();
+    exec(who, opts, &refs)
+}
+
+pub fn py(who: Who, opts: &[&str], code: &str) -> Exec {
+    exec(who, opts, &["/usr/bin/python3", "-c", code])
+}
+
+pub fn path_str(p: &Path) -> &str {
+    p.to_str().unwrap_or_else(|| panic!("non-UTF-8 path"))
+}
+
+/// Generates one test per user kind from a scenario `fn(Who)`.
+#[macro_export]
+macro_rules! both_users {
+    ($name:ident) => {
+        mod $name {
+            use super::*;
+            #[test]
+            fn as_invoker() {
+                super::$name(Who::Invoker);
+            }
+            #[test]
+            fn as_unprivileged_user() {
+                if $crate::suite::support::test_user().is_none() {
+                    eprintln!("not root: the invoker is already unprivileged");
+                    return;
+                }
+                super::$name(Who::Unprivileged);
+            }
+        }
+    };
+}
