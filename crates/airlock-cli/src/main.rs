@@ -32,10 +32,22 @@ fn main() -> ExitCode {
 
     let cli = match Cli::try_parse() {
         Ok(c) => c,
-        Err(e) => {
-            let code = if e.use_stderr() { airlock_sandbox::EXIT_SANDBOX_FAILED } else { 0 };
+        Err(e) if !e.use_stderr() => {
+            // --help and --version.
             let _ = e.print();
-            return ExitCode::from(u8::try_from(code).unwrap_or(1));
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            // Usage errors are one line; `--help` has the rest.
+            let rendered = e.render().to_string();
+            let summary: Vec<&str> = rendered
+                .lines()
+                .map(str::trim)
+                .take_while(|l| !l.is_empty() && !l.starts_with("Usage:"))
+                .collect();
+            let summary = summary.join(" ");
+            eprintln!("airlock: {} (see --help)", summary.trim_start_matches("error: "));
+            return ExitCode::from(airlock_sandbox::EXIT_SANDBOX_FAILED as u8);
         }
     };
     match cli.command {

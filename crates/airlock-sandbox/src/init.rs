@@ -688,7 +688,7 @@ fn workload(
                     seccomp_policy::DENY_RULES.len(),
                     match sockets {
                         SocketPolicy::UnixAndLoopbackInet => "unix + inet in empty netns",
-                        SocketPolicy::UnixOnly => "unix only",
+                        SocketPolicy::NoSockets => "unix only",
                     }
                 ),
             ),
@@ -760,10 +760,10 @@ fn fallback(spec: InitSpec, mut status: Status, exe: OwnedFd, notes: Vec<Guarant
     if report.get("user_namespace").is_none() {
         report.push(Guarantee::new("user_namespace", false, "fallback level"));
     }
-    report.push(Guarantee::new("network_denied", true, "seccomp: AF_UNIX only; landlock: no TCP bind/connect"));
+    report.push(Guarantee::new("network_denied", true, "seccomp: no socket(); landlock: no TCP bind/connect"));
     let _ = nix::sys::prctl::set_dumpable(false);
     let _ = nix::sys::prctl::set_child_subreaper(true);
-    let seccomp = seccomp_policy::compile(SocketPolicy::UnixOnly, libc::EPERM as u32);
+    let seccomp = seccomp_policy::compile(SocketPolicy::NoSockets, libc::EPERM as u32);
     let mut read_write: Vec<PathBuf> = spec.writable.clone();
     read_write.extend(spec.scratch.clone());
     let landlock = LandlockPaths {
@@ -785,7 +785,7 @@ fn fallback(spec: InitSpec, mut status: Status, exe: OwnedFd, notes: Vec<Guarant
     match sys::fork_single_threaded() {
         Err(e) => status.fail("fork", e),
         Ok(ForkResult::Child) => {
-            let code = workload(&spec, &mut status, &exe, report, &landlock, seccomp.as_ref().ok(), SocketPolicy::UnixOnly);
+            let code = workload(&spec, &mut status, &exe, report, &landlock, seccomp.as_ref().ok(), SocketPolicy::NoSockets);
             std::process::exit(code)
         }
         Ok(ForkResult::Parent { child }) => {

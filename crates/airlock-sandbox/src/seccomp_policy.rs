@@ -132,9 +132,11 @@ pub enum SocketPolicy {
     /// `AF_UNIX`, plus `AF_INET`/`AF_INET6`, which inside an empty network
     /// namespace reach only loopback (where the egress proxy listens).
     UnixAndLoopbackInet,
-    /// `AF_UNIX` only: the fallback level has no network namespace, so every
-    /// network socket is refused.
-    UnixOnly,
+    /// No `socket()` at all (`socketpair` still works): the fallback level
+    /// has no network namespace, and Landlock does not govern connecting to
+    /// a named Unix socket, so a host socket such as Docker's or D-Bus's
+    /// would otherwise be reachable.
+    NoSockets,
 }
 
 impl SocketPolicy {
@@ -145,7 +147,7 @@ impl SocketPolicy {
                 libc::AF_INET as u64,
                 libc::AF_INET6 as u64,
             ],
-            Self::UnixOnly => &[libc::AF_UNIX as u64],
+            Self::NoSockets => &[],
         }
     }
 }
@@ -201,16 +203,18 @@ pub fn compile(sockets: SocketPolicy, errno: u32) -> Result<CompiledPolicy, Secc
     }
     // socket(domain, …): deny unless the domain is one of the allowed ones
     // (conditions within one rule are AND-ed).
+    // An empty family list leaves the syscall with no conditions at all,
+    // which seccompiler compiles as "always matches".
     let conditions = sockets
         .allowed_families()
         .iter()
         .map(|f| SeccompCondition::new(0, SeccompCmpArgLen::Dword, SeccompCmpOp::Ne, *f))
         .collect::<Result<Vec<_>, _>>()
         .map_err(err)?;
-    rules
-        .entry(libc::SYS_socket)
-        .or_default()
-        .push(SeccompRule::new(conditions).map_err(err)?);
+    let socket_rules = rules.entry(libc::SYS_socket).or_default();
+    if !conditions.is_empty() {
+        socket_rules.push(SeccompRule::new(conditions).map_err(err)?);
+    }
 
     let arch = std::env::consts::ARCH
         .try_into()
@@ -353,15 +357,17 @@ mod tests {
     #[test]
     fn sbx_3_socket_families_follow_the_level() {
         let ns = compile(SocketPolicy::UnixAndLoopbackInet, MARK).unwrap();
-        let fb = compile(SocketPolicy::UnixOnly, MARK).unwrap();
+        let fb = compile(SocketPolicy::NoSockets, MARK).unwrap();
         let sock = |p, fam: i32| errno_of(Some(p), libc::SYS_socket, [fam as u64, libc::SOCK_STREAM as u64, 0, 0, 0, 0]);
         assert_eq!(sock(&ns, libc::AF_UNIX), 0);
         assert_eq!(sock(&ns, libc::AF_INET), 0);
         assert_eq!(sock(&ns, libc::AF_NETLINK), MARK as i32);
         assert_eq!(sock(&ns, libc::AF_PACKET), MARK as i32);
         assert_eq!(sock(&ns, libc::AF_VSOCK), MARK as i32);
-        assert_eq!(sock(&fb, libc::AF_UNIX), 0);
+        assert_eq!(sock(&fb, libc::AF_UNIX), MARK as i32);
         assert_eq!(sock(&fb, libc::AF_INET), MARK as i32);
+        let pair = errno_of(Some(&fb), libc::SYS_socketpair, [libc::AF_UNIX as u64, libc::SOCK_STREAM as u64, 0, 0, 0, 0]);
+        assert_ne!(pair, MARK as i32, "socketpair stays available");
         assert_eq!(sock(&fb, libc::AF_INET6), MARK as i32);
     }
 

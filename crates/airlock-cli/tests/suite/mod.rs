@@ -1,3 +1,4 @@
 mod sandbox_attacks;
 mod sandbox_cli;
 mod support;
+mod tidy;

@@ -341,15 +341,22 @@ both_users!(sbx_1_huge_stdout_is_truncated_without_deadlock);
 fn sbx_3_fallback_level_denies_network_and_host_files(who: Who) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port().to_string();
-    let probe = "import socket,sys\ntry:\n socket.create_connection(('127.0.0.1', int(sys.argv[1])), timeout=3); print('tcp:connected')\nexcept OSError as e: print('tcp:denied', e.errno)\ntry:\n open('/etc/passwd').read(); print('passwd:read')\nexcept OSError: print('passwd:denied')\n";
-    let r = exec(who, &["--driver", "landlock"], &["/usr/bin/python3", "-c", probe, &port]);
+    let sockdir = workdir(who);
+    let sock_path = sockdir.path().join("host.sock");
+    let _unix = std::os::unix::net::UnixListener::bind(&sock_path).unwrap();
+    let _ = std::fs::set_permissions(&sock_path, std::os::unix::fs::PermissionsExt::from_mode(0o777));
+    let probe = "import socket,sys\ntry:\n socket.create_connection(('127.0.0.1', int(sys.argv[1])), timeout=3); print('tcp:connected')\nexcept OSError as e: print('tcp:denied', e.errno)\ntry:\n open('/etc/passwd').read(); print('passwd:read')\nexcept OSError: print('passwd:denied')\ntry:\n u = socket.socket(socket.AF_UNIX); u.connect(sys.argv[2]); print('unix:connected')\nexcept OSError as e: print('unix:denied', e.errno)\n";
+    let sp = path_str(&sock_path);
+    let r = exec(who, &["--driver", "landlock"], &["/usr/bin/python3", "-c", probe, &port, sp]);
     assert_eq!(r.level(), "landlock_seccomp", "{r:?}");
     assert!(r.stdout().contains("tcp:denied"), "{r:?}");
     assert!(r.stdout().contains("passwd:denied"), "{r:?}");
+    assert!(r.stdout().contains("unix:denied"), "a host Unix socket must be unreachable: {r:?}");
     assert!(r.guarantee("network_denied") && r.guarantee("landlock") && r.guarantee("seccomp"));
     assert!(!r.guarantee("pid_namespace"));
     // Positive control: uncontained connects and reads.
-    let c = exec(who, &["--driver", "uncontained"], &["/usr/bin/python3", "-c", probe, &port]);
+    let c = exec(who, &["--driver", "uncontained"], &["/usr/bin/python3", "-c", probe, &port, sp]);
     assert!(c.stdout().contains("tcp:connected") && c.stdout().contains("passwd:read"), "{c:?}");
+    assert!(c.stdout().contains("unix:connected"), "{c:?}");
 }
 both_users!(sbx_3_fallback_level_denies_network_and_host_files);
