@@ -46,7 +46,10 @@ fn main() -> ExitCode {
                 .take_while(|l| !l.is_empty() && !l.starts_with("Usage:"))
                 .collect();
             let summary = summary.join(" ");
-            eprintln!("airlock: {} (see --help)", summary.trim_start_matches("error: "));
+            eprintln!(
+                "airlock: {} (see --help)",
+                summary.trim_start_matches("error: ")
+            );
             return ExitCode::from(airlock_sandbox::EXIT_SANDBOX_FAILED as u8);
         }
     };

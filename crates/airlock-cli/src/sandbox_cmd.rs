@@ -5,7 +5,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use airlock_sandbox::{Broker, DriverChoice, EXIT_SANDBOX_FAILED, LaunchError, Limits, SandboxRequest, SandboxSpec};
+use airlock_sandbox::{
+    Broker, DriverChoice, EXIT_SANDBOX_FAILED, LaunchError, Limits, SandboxRequest, SandboxSpec,
+};
 use clap::{Args, Subcommand, ValueEnum};
 use serde_json::json;
 
@@ -98,7 +100,9 @@ fn fail(json_mode: bool, code: &str, message: &str) -> ExitCode {
 
 fn secs(v: f64, what: &str) -> Result<Duration, String> {
     if !v.is_finite() || v <= 0.0 || v > 7.0 * 24.0 * 3600.0 {
-        return Err(format!("{what} must be a positive number of seconds up to 7 days"));
+        return Err(format!(
+            "{what} must be a positive number of seconds up to 7 days"
+        ));
     }
     Ok(Duration::from_secs_f64(v))
 }
@@ -123,18 +127,36 @@ fn exec(a: ExecArgs) -> ExitCode {
     for kv in &a.env {
         match kv.split_once('=') {
             Some((k, v)) => env.push((k.to_string(), v.to_string())),
-            None => return fail(a.json, "invalid_argument", &format!("--env {kv:?} must be NAME=VALUE")),
+            None => {
+                return fail(
+                    a.json,
+                    "invalid_argument",
+                    &format!("--env {kv:?} must be NAME=VALUE"),
+                );
+            }
         }
     }
     let cpu_millicores = match a.cpus {
         None => None,
         Some(c) if c.is_finite() && c > 0.0 && c <= 1024.0 => Some((c * 1000.0).round() as u64),
-        Some(_) => return fail(a.json, "invalid_argument", "--cpus must be between 0 and 1024"),
+        Some(_) => {
+            return fail(
+                a.json,
+                "invalid_argument",
+                "--cpus must be between 0 and 1024",
+            );
+        }
     };
     let memory_bytes = match a.memory {
         None => None,
         Some(m) if m > 0 && m <= 1 << 30 => Some(m << 20),
-        Some(_) => return fail(a.json, "invalid_argument", "--memory must be between 1 and 2^30 MiB"),
+        Some(_) => {
+            return fail(
+                a.json,
+                "invalid_argument",
+                "--memory must be between 1 and 2^30 MiB",
+            );
+        }
     };
     let req = SandboxRequest {
         argv: a.command.clone(),
@@ -164,7 +186,9 @@ fn exec(a: ExecArgs) -> ExitCode {
         Err(e) => return fail(a.json, "invalid_argument", &e.to_string()),
     };
     if spec.driver() == DriverChoice::Uncontained {
-        eprintln!("airlock: warning: driver 'uncontained' runs the command WITHOUT any sandbox (development only)");
+        eprintln!(
+            "airlock: warning: driver 'uncontained' runs the command WITHOUT any sandbox (development only)"
+        );
     }
     let result = match Broker::new().run(&spec) {
         Ok(r) => r,

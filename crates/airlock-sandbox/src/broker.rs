@@ -127,8 +127,13 @@ impl Broker {
     pub fn run(&self, spec: &SandboxSpec) -> Result<RunResult, LaunchError> {
         let start = Instant::now();
         let deadline = start + spec.timeout;
-        let env = env::build(&spec.declared_env, &spec.platform_env, |n| std::env::var(n).ok());
-        let search = env.get("PATH").map(String::as_str).unwrap_or(env::SANDBOX_PATH);
+        let env = env::build(&spec.declared_env, &spec.platform_env, |n| {
+            std::env::var(n).ok()
+        });
+        let search = env
+            .get("PATH")
+            .map(String::as_str)
+            .unwrap_or(env::SANDBOX_PATH);
         let exe = ResolvedExecutable::resolve(&spec.argv[0], search, &spec.cwd)?;
         match spec.driver {
             DriverChoice::Uncontained => run_uncontained(spec, env, exe, start, deadline),
@@ -207,7 +212,10 @@ impl Broker {
             rlimits: Rlimits {
                 nofile: spec.limits.nofile.unwrap_or(spec::DEFAULT_NOFILE),
                 nproc: pids,
-                fsize: spec.limits.file_size_bytes.unwrap_or(spec::DEFAULT_FILE_SIZE),
+                fsize: spec
+                    .limits
+                    .file_size_bytes
+                    .unwrap_or(spec::DEFAULT_FILE_SIZE),
                 cpu_secs: timeout_secs,
                 address_space,
             },
@@ -299,7 +307,8 @@ impl Broker {
             let _ = wait_tx.send(child.wait());
         });
         let mut timed_out = false;
-        let waited = match wait_rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+        let waited = match wait_rx.recv_timeout(deadline.saturating_duration_since(Instant::now()))
+        {
             Ok(r) => Some(r),
             Err(_) => {
                 timed_out = true;
@@ -325,7 +334,9 @@ impl Broker {
             }
             v
         };
-        let collect = |rx: mpsc::Receiver<Captured>| rx.recv_timeout(Duration::from_secs(5)).unwrap_or_default();
+        let collect = |rx: mpsc::Receiver<Captured>| {
+            rx.recv_timeout(Duration::from_secs(5)).unwrap_or_default()
+        };
         let stdout = collect(out_rx);
         let stderr = collect(err_rx);
         let oom = cgroup.oom_killed();
@@ -346,7 +357,9 @@ impl Broker {
                         report: Box::new(report),
                     });
                 }
-                InitEvent::SetupFailed { stage, error } => return Err(LaunchError::Setup { stage, error }),
+                InitEvent::SetupFailed { stage, error } => {
+                    return Err(LaunchError::Setup { stage, error });
+                }
                 InitEvent::ExecutableChanged => {
                     return Err(ExeError::Changed(exe.identity().path.clone()).into());
                 }
@@ -376,7 +389,9 @@ impl Broker {
             });
         };
         let (exit_code, signal) = match exit {
-            Some((code, signal)) if !timed_out || code.is_some() || signal.is_some() => (code, signal),
+            Some((code, signal)) if !timed_out || code.is_some() || signal.is_some() => {
+                (code, signal)
+            }
             // Killed by us (timeout) or the init itself was killed: SIGKILL.
             _ => (None, Some(Signal::SIGKILL as i32)),
         };
@@ -505,7 +520,8 @@ fn run_uncontained(
     };
     let _ = kill(pgid, Signal::SIGKILL);
     let duration_ms = u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX);
-    let collect = |rx: mpsc::Receiver<Captured>| rx.recv_timeout(Duration::from_secs(5)).unwrap_or_default();
+    let collect =
+        |rx: mpsc::Receiver<Captured>| rx.recv_timeout(Duration::from_secs(5)).unwrap_or_default();
     let stdout = collect(out_rx);
     let stderr = collect(err_rx);
     let mut limit_hits = Vec::new();

@@ -91,7 +91,10 @@ fn mounts() -> Vec<Mount> {
 }
 
 fn unescape(s: &str) -> String {
-    s.replace("\\040", " ").replace("\\011", "\t").replace("\\012", "\n").replace("\\134", "\\")
+    s.replace("\\040", " ")
+        .replace("\\011", "\t")
+        .replace("\\012", "\n")
+        .replace("\\134", "\\")
 }
 
 /// Our own cgroup path per hierarchy: ("" for v2, or the controller list).
@@ -116,7 +119,11 @@ fn dir_for(m: &Mount, own: &str) -> Option<PathBuf> {
     if rel.contains("..") {
         return None;
     }
-    Some(if rel.is_empty() { m.point.clone() } else { m.point.join(rel) })
+    Some(if rel.is_empty() {
+        m.point.clone()
+    } else {
+        m.point.join(rel)
+    })
 }
 
 impl Cgroup {
@@ -137,8 +144,13 @@ impl Cgroup {
         {
             let dir = parent.join(name);
             if fs::create_dir(&dir).is_ok() {
-                let available = fs::read_to_string(dir.join("cgroup.controllers")).unwrap_or_default();
-                for (c, key) in [(Controller::Memory, "memory"), (Controller::Pids, "pids"), (Controller::Cpu, "cpu")] {
+                let available =
+                    fs::read_to_string(dir.join("cgroup.controllers")).unwrap_or_default();
+                for (c, key) in [
+                    (Controller::Memory, "memory"),
+                    (Controller::Pids, "pids"),
+                    (Controller::Cpu, "cpu"),
+                ] {
                     if !available.split_whitespace().any(|x| x == key) {
                         continue;
                     }
@@ -147,7 +159,9 @@ impl Cgroup {
                             let _ = fs::write(dir.join("memory.swap.max"), "0");
                             fs::write(dir.join("memory.max"), b.to_string())
                         }),
-                        Controller::Pids => limits.pids.map(|p| fs::write(dir.join("pids.max"), p.to_string())),
+                        Controller::Pids => limits
+                            .pids
+                            .map(|p| fs::write(dir.join("pids.max"), p.to_string())),
                         Controller::Cpu => limits
                             .cpu_millicores
                             .map(|m| fs::write(dir.join("cpu.max"), format!("{} 100000", m * 100))),
@@ -178,13 +192,21 @@ impl Cgroup {
                 continue;
             }
             let key = c.v1_name();
-            let Some(m) = mounts.iter().find(|m| !m.v2 && m.controllers.iter().any(|x| x == key)) else {
+            let Some(m) = mounts
+                .iter()
+                .find(|m| !m.v2 && m.controllers.iter().any(|x| x == key))
+            else {
                 continue;
             };
-            let Some((_, path)) = own.iter().find(|(ctrls, _)| ctrls.split(',').any(|x| x == key)) else {
+            let Some((_, path)) = own
+                .iter()
+                .find(|(ctrls, _)| ctrls.split(',').any(|x| x == key))
+            else {
                 continue;
             };
-            let Some(parent) = dir_for(m, path) else { continue };
+            let Some(parent) = dir_for(m, path) else {
+                continue;
+            };
             let dir = parent.join(name);
             if let Err(e) = fs::create_dir(&dir) {
                 failed.push((c, format!("cgroup v1: {e}")));
@@ -198,13 +220,15 @@ impl Cgroup {
                         let _ = fs::write(dir.join("memory.memsw.limit_in_bytes"), b.to_string());
                     })
                 }
-                Controller::Pids => {
-                    fs::write(dir.join("pids.max"), limits.pids.unwrap_or(u64::MAX).to_string())
-                }
+                Controller::Pids => fs::write(
+                    dir.join("pids.max"),
+                    limits.pids.unwrap_or(u64::MAX).to_string(),
+                ),
                 Controller::Cpu => {
                     let m = limits.cpu_millicores.unwrap_or(1000);
-                    fs::write(dir.join("cpu.cfs_period_us"), "100000")
-                        .and_then(|()| fs::write(dir.join("cpu.cfs_quota_us"), (m * 100).to_string()))
+                    fs::write(dir.join("cpu.cfs_period_us"), "100000").and_then(|()| {
+                        fs::write(dir.join("cpu.cfs_quota_us"), (m * 100).to_string())
+                    })
                 }
             };
             match r {
@@ -223,7 +247,11 @@ impl Cgroup {
             };
             let Some(v) = wanted else { continue };
             if let Some((_, how)) = applied.iter().find(|(a, _)| *a == c) {
-                report.push(Guarantee::new(c.guarantee(), true, format!("{v} via {how}")));
+                report.push(Guarantee::new(
+                    c.guarantee(),
+                    true,
+                    format!("{v} via {how}"),
+                ));
             } else {
                 let why = failed
                     .iter()
@@ -272,7 +300,10 @@ impl Cgroup {
         for (_, d) in &self.v1 {
             for _ in 0..100 {
                 let procs = fs::read_to_string(d.join("cgroup.procs")).unwrap_or_default();
-                let pids: Vec<i32> = procs.lines().filter_map(|l| l.trim().parse().ok()).collect();
+                let pids: Vec<i32> = procs
+                    .lines()
+                    .filter_map(|l| l.trim().parse().ok())
+                    .collect();
                 if pids.is_empty() {
                     break;
                 }

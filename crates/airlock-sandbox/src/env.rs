@@ -107,7 +107,9 @@ pub const MAX_DECLARED: usize = 256;
 pub enum EnvError {
     #[error("environment name {0:?} is not a valid name (letters, digits, underscore)")]
     BadName(String),
-    #[error("environment variable {0} is on the loader/interpreter denylist and is never delivered")]
+    #[error(
+        "environment variable {0} is on the loader/interpreter denylist and is never delivered"
+    )]
     Denied(String),
     #[error("environment variable {0} is set by the platform and cannot be declared")]
     PlatformSet(String),
@@ -127,9 +129,7 @@ pub fn check_name(name: &str) -> Result<(), EnvError> {
     let first_ok = chars
         .next()
         .is_some_and(|c| c.is_ascii_alphabetic() || c == '_');
-    if !first_ok
-        || name.len() > 128
-        || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+    if !first_ok || name.len() > 128 || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
     {
         return Err(EnvError::BadName(name.to_string()));
     }
@@ -149,8 +149,7 @@ pub fn is_denied(name: &str) -> bool {
     if ALLOWED_EXCEPTIONS.contains(&name) {
         return false;
     }
-    DENIED_NAMES.iter().any(|d| upper == *d)
-        || DENIED_PREFIXES.iter().any(|p| upper.starts_with(p))
+    DENIED_NAMES.iter().any(|d| upper == *d) || DENIED_PREFIXES.iter().any(|p| upper.starts_with(p))
 }
 
 /// Validates the declared variables and returns them as a map.
@@ -190,8 +189,7 @@ pub fn build(
     for name in PASSED_THROUGH {
         if let Some(v) = caller(name) {
             let safe = v.len() <= 64
-                && v
-                    .chars()
+                && v.chars()
                     .all(|c| c.is_ascii_alphanumeric() || "._-/+:@".contains(c));
             if safe {
                 env.insert((*name).to_string(), v);
@@ -222,14 +220,20 @@ mod tests {
         }
         for prefix in DENIED_PREFIXES {
             let name = format!("{prefix}X");
-            assert!(matches!(check_name(&name), Err(EnvError::Denied(_))), "{name}");
+            assert!(
+                matches!(check_name(&name), Err(EnvError::Denied(_))),
+                "{name}"
+            );
         }
     }
 
     #[test]
     fn sbx_5_loader_variables_in_any_case_are_refused() {
         for name in ["ld_preload", "Ld_Audit", "pythonpath", "node_options"] {
-            assert!(matches!(check_name(name), Err(EnvError::Denied(_))), "{name}");
+            assert!(
+                matches!(check_name(name), Err(EnvError::Denied(_))),
+                "{name}"
+            );
         }
     }
 
@@ -243,7 +247,10 @@ mod tests {
     #[test]
     fn sbx_5_bad_names_and_values_are_refused() {
         for name in ["", "1ABC", "A-B", "A B", "A=B", "Ä"] {
-            assert!(matches!(check_name(name), Err(EnvError::BadName(_))), "{name:?}");
+            assert!(
+                matches!(check_name(name), Err(EnvError::BadName(_))),
+                "{name:?}"
+            );
         }
         assert_eq!(
             parse_declared(&[("A".into(), "x\0y".into())]),

@@ -43,7 +43,9 @@ pub const SANDBOX_UID: u32 = 1000;
 
 /// System runtime directories bound read-only (or recreated as the same
 /// symlink when the host has merged `/usr`).
-pub const SYSTEM_DIRS: &[&str] = &["/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32"];
+pub const SYSTEM_DIRS: &[&str] = &[
+    "/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32",
+];
 
 /// Host `/etc` entries bound read-only: the loader cache, CA certificates,
 /// alternatives links and the few name-service tables programs read.
@@ -85,7 +87,10 @@ extern "C" fn forward_signal(sig: libc::c_int) {
     if pid > 0 {
         // SAFETY-free: nix::kill is a thin wrapper over kill(2), which is
         // async-signal-safe.
-        let _ = kill(Pid::from_raw(pid), Signal::try_from(sig).unwrap_or(Signal::SIGTERM));
+        let _ = kill(
+            Pid::from_raw(pid),
+            Signal::try_from(sig).unwrap_or(Signal::SIGTERM),
+        );
     }
 }
 
@@ -135,7 +140,10 @@ fn run() -> i32 {
         .ok_or_else(|| "missing spec descriptor".to_string())
         .and_then(|fd| {
             let mut s = String::new();
-            File::from(fd).take(16 << 20).read_to_string(&mut s).map_err(|e| e.to_string())?;
+            File::from(fd)
+                .take(16 << 20)
+                .read_to_string(&mut s)
+                .map_err(|e| e.to_string())?;
             serde_json::from_str(&s).map_err(|e| e.to_string())
         }) {
         Ok(s) => s,
@@ -172,8 +180,18 @@ fn namespaces(spec: InitSpec, mut status: Status, exe: OwnedFd) -> i32 {
         return status.fail("unshare", format!("user namespaces unavailable: {e}"));
     }
     let maps = fs::write("/proc/self/setgroups", "deny")
-        .and_then(|()| fs::write("/proc/self/gid_map", format!("{SANDBOX_UID} {} 1", spec.outer_gid)))
-        .and_then(|()| fs::write("/proc/self/uid_map", format!("{SANDBOX_UID} {} 1", spec.outer_uid)));
+        .and_then(|()| {
+            fs::write(
+                "/proc/self/gid_map",
+                format!("{SANDBOX_UID} {} 1", spec.outer_gid),
+            )
+        })
+        .and_then(|()| {
+            fs::write(
+                "/proc/self/uid_map",
+                format!("{SANDBOX_UID} {} 1", spec.outer_uid),
+            )
+        });
     if let Err(e) = maps {
         return status.fail("uid_map", e);
     }
@@ -224,7 +242,11 @@ fn pid_one(
     };
     let pid_isolated = nix::unistd::getpid().as_raw() == 1;
     for (name, ok, detail) in [
-        ("user_namespace", true, format!("uid {SANDBOX_UID} inside = host uid {}", spec.outer_uid)),
+        (
+            "user_namespace",
+            true,
+            format!("uid {SANDBOX_UID} inside = host uid {}", spec.outer_uid),
+        ),
         ("mount_namespace", true, String::new()),
         ("pid_namespace", pid_isolated, String::new()),
         ("network_namespace", true, "loopback only".to_string()),
@@ -236,11 +258,19 @@ fn pid_one(
     }
     match build_root(spec) {
         Ok(proc_mounted) => {
-            report.push(Guarantee::new("private_root", true, "tmpfs root, read-only system binds"));
+            report.push(Guarantee::new(
+                "private_root",
+                true,
+                "tmpfs root, read-only system binds",
+            ));
             report.push(Guarantee::new(
                 "fresh_proc",
                 proc_mounted,
-                if proc_mounted { "" } else { "procfs could not be mounted; /proc is empty" },
+                if proc_mounted {
+                    ""
+                } else {
+                    "procfs could not be mounted; /proc is empty"
+                },
             ));
         }
         Err((stage, e)) => return status.fail(stage, e),
@@ -267,7 +297,15 @@ fn pid_one(
     match sys::fork_single_threaded() {
         Err(e) => status.fail("fork", e),
         Ok(ForkResult::Child) => {
-            let code = workload(spec, status, &exe, report, &landlock, seccomp.as_ref().ok(), SocketPolicy::UnixAndLoopbackInet);
+            let code = workload(
+                spec,
+                status,
+                &exe,
+                report,
+                &landlock,
+                seccomp.as_ref().ok(),
+                SocketPolicy::UnixAndLoopbackInet,
+            );
             std::process::exit(code)
         }
         Ok(ForkResult::Parent { child }) => {
@@ -281,7 +319,10 @@ fn pid_one(
                 if sig != 0 {
                     // kill(-1) from PID 1 reaches every other process of
                     // this namespace and nothing outside it.
-                    let _ = kill(Pid::from_raw(-1), Signal::try_from(sig).unwrap_or(Signal::SIGTERM));
+                    let _ = kill(
+                        Pid::from_raw(-1),
+                        Signal::try_from(sig).unwrap_or(Signal::SIGTERM),
+                    );
                 }
             });
             status.send(&exit);
@@ -295,14 +336,25 @@ fn reap_until(main: Pid, mut on_interrupt: impl FnMut()) -> InitEvent {
     loop {
         match waitpid(Pid::from_raw(-1), Some(WaitPidFlag::__WALL)) {
             Ok(WaitStatus::Exited(pid, code)) if pid == main => {
-                return InitEvent::Exited { code: Some(code), signal: None };
+                return InitEvent::Exited {
+                    code: Some(code),
+                    signal: None,
+                };
             }
             Ok(WaitStatus::Signaled(pid, sig, _)) if pid == main => {
-                return InitEvent::Exited { code: None, signal: Some(sig as i32) };
+                return InitEvent::Exited {
+                    code: None,
+                    signal: Some(sig as i32),
+                };
             }
             Ok(_) => {}
             Err(nix::errno::Errno::EINTR) => on_interrupt(),
-            Err(_) => return InitEvent::Exited { code: None, signal: None },
+            Err(_) => {
+                return InitEvent::Exited {
+                    code: None,
+                    signal: None,
+                };
+            }
         }
     }
 }
@@ -310,7 +362,11 @@ fn reap_until(main: Pid, mut on_interrupt: impl FnMut()) -> InitEvent {
 /// Points stdin/stdout/stderr at /dev/null so that only the workload holds
 /// the broker's pipes.
 fn quiet_stdio() {
-    if let Ok(null) = fs::OpenOptions::new().read(true).write(true).open("/dev/null") {
+    if let Ok(null) = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/null")
+    {
         for fd in 0..3 {
             let _ = sys::dup_onto(null.as_raw_fd(), fd);
         }
@@ -325,7 +381,11 @@ fn readable_roots(spec: &InitSpec) -> Vec<PathBuf> {
         .collect();
     v.push(PathBuf::from("/etc"));
     v.extend(spec.readonly.iter().cloned());
-    if !v.iter().chain(&spec.writable).any(|r| spec.exe.path.starts_with(r)) {
+    if !v
+        .iter()
+        .chain(&spec.writable)
+        .any(|r| spec.exe.path.starts_with(r))
+    {
         v.push(spec.exe.path.clone());
     }
     v
@@ -352,7 +412,10 @@ fn open_source(path: &Path, target: &Path, writable: bool) -> SetupResult<Option
         Ok(m) => m,
         Err(_) => return Ok(None),
     };
-    let fd = stage("open bind source", open(path, OFlag::O_PATH | OFlag::O_CLOEXEC, Mode::empty()))?;
+    let fd = stage(
+        "open bind source",
+        open(path, OFlag::O_PATH | OFlag::O_CLOEXEC, Mode::empty()),
+    )?;
     Ok(Some(Source {
         fd,
         target: target.to_path_buf(),
@@ -366,7 +429,13 @@ fn open_source(path: &Path, target: &Path, writable: bool) -> SetupResult<Option
 fn build_root(spec: &InitSpec) -> SetupResult<bool> {
     stage(
         "make mounts private",
-        mount(None::<&str>, "/", None::<&str>, MsFlags::MS_REC | MsFlags::MS_PRIVATE, None::<&str>),
+        mount(
+            None::<&str>,
+            "/",
+            None::<&str>,
+            MsFlags::MS_REC | MsFlags::MS_PRIVATE,
+            None::<&str>,
+        ),
     )?;
 
     // 1. Open every bind source while the host tree is still visible.
@@ -549,7 +618,13 @@ fn bind(s: &Source, target: &Path) -> SetupResult<()> {
     let src = format!("/proc/self/fd/{}", s.fd.as_raw_fd());
     stage(
         "bind mount",
-        mount(Some(src.as_str()), target, None::<&str>, MsFlags::MS_BIND | MsFlags::MS_REC, None::<&str>),
+        mount(
+            Some(src.as_str()),
+            target,
+            None::<&str>,
+            MsFlags::MS_BIND | MsFlags::MS_REC,
+            None::<&str>,
+        ),
     )?;
     let locked = stage("statvfs", nix::sys::statvfs::statvfs(target))?.flags();
     use nix::sys::statvfs::FsFlags;
@@ -568,10 +643,14 @@ fn bind(s: &Source, target: &Path) -> SetupResult<()> {
         }
     }
     if !s.target.starts_with("/dev") || !s.writable {
-        stage("remount bind", mount(None::<&str>, target, None::<&str>, flags, None::<&str>))?;
+        stage(
+            "remount bind",
+            mount(None::<&str>, target, None::<&str>, flags, None::<&str>),
+        )?;
     } else {
         // Device nodes: keep them usable (no MS_NODEV), but nosuid/noexec.
-        let dev_flags = MsFlags::MS_BIND | MsFlags::MS_REMOUNT | MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC;
+        let dev_flags =
+            MsFlags::MS_BIND | MsFlags::MS_REMOUNT | MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC;
         let _ = mount(None::<&str>, target, None::<&str>, dev_flags, None::<&str>);
     }
     Ok(())
@@ -592,13 +671,19 @@ fn write_etc(root: &Path) -> SetupResult<()> {
             "group",
             format!("root:x:0:\nairlock:x:{SANDBOX_UID}:\nnogroup:x:65534:\n"),
         ),
-        ("hosts", "127.0.0.1 localhost airlock\n::1 localhost ip6-localhost\n".to_string()),
+        (
+            "hosts",
+            "127.0.0.1 localhost airlock\n::1 localhost ip6-localhost\n".to_string(),
+        ),
         ("hostname", "airlock\n".to_string()),
     ];
     for (name, content) in files {
         let p = etc.join(name);
         stage("write /etc", fs::write(&p, content))?;
-        stage("chmod /etc", fs::set_permissions(&p, fs::Permissions::from_mode(0o644)))?;
+        stage(
+            "chmod /etc",
+            fs::set_permissions(&p, fs::Permissions::from_mode(0o644)),
+        )?;
     }
     Ok(())
 }
@@ -665,13 +750,29 @@ fn workload(
                 })
                 .is_ok()
         });
-        report.push(Guarantee::new("capabilities_dropped", caps, "root dropped to uid 65534"));
-        report.push(Guarantee::new("non_root_uid", !nix::unistd::geteuid().is_root(), "uid 65534"));
+        report.push(Guarantee::new(
+            "capabilities_dropped",
+            caps,
+            "root dropped to uid 65534",
+        ));
+        report.push(Guarantee::new(
+            "non_root_uid",
+            !nix::unistd::geteuid().is_root(),
+            "uid 65534",
+        ));
     }
     if report.level == Level::Namespaces {
         let caps = sys::drop_all_capabilities();
-        report.push(Guarantee::new("capabilities_dropped", caps, "bounding, ambient, effective, permitted, inheritable"));
-        report.push(Guarantee::new("non_root_uid", nix::unistd::getuid().as_raw() == SANDBOX_UID, format!("uid {SANDBOX_UID}")));
+        report.push(Guarantee::new(
+            "capabilities_dropped",
+            caps,
+            "bounding, ambient, effective, permitted, inheritable",
+        ));
+        report.push(Guarantee::new(
+            "non_root_uid",
+            nix::unistd::getuid().as_raw() == SANDBOX_UID,
+            format!("uid {SANDBOX_UID}"),
+        ));
     }
     let nnp = nix::sys::prctl::set_no_new_privs().is_ok();
     report.push(Guarantee::new("no_new_privs", nnp, ""));
@@ -736,7 +837,9 @@ fn workload(
     status.send(&InitEvent::Ready { report });
     sys::cloexec_from_3();
     let errno = sys::exec(exe.as_raw_fd(), &spec.exe.path, &argv, &envp, by_fd);
-    status.send(&InitEvent::ExecFailed { errno: errno as i32 });
+    status.send(&InitEvent::ExecFailed {
+        errno: errno as i32,
+    });
     127
 }
 
@@ -754,13 +857,24 @@ fn fallback(spec: InitSpec, mut status: Status, exe: OwnedFd, notes: Vec<Guarant
     for g in notes {
         report.push(g);
     }
-    for name in ["mount_namespace", "pid_namespace", "network_namespace", "ipc_namespace", "uts_namespace", "private_root"] {
+    for name in [
+        "mount_namespace",
+        "pid_namespace",
+        "network_namespace",
+        "ipc_namespace",
+        "uts_namespace",
+        "private_root",
+    ] {
         report.push(Guarantee::new(name, false, "fallback level"));
     }
     if report.get("user_namespace").is_none() {
         report.push(Guarantee::new("user_namespace", false, "fallback level"));
     }
-    report.push(Guarantee::new("network_denied", true, "seccomp: no socket(); landlock: no TCP bind/connect"));
+    report.push(Guarantee::new(
+        "network_denied",
+        true,
+        "seccomp: no socket(); landlock: no TCP bind/connect",
+    ));
     let _ = nix::sys::prctl::set_dumpable(false);
     let _ = nix::sys::prctl::set_child_subreaper(true);
     let seccomp = seccomp_policy::compile(SocketPolicy::NoSockets, libc::EPERM as u32);
@@ -768,10 +882,18 @@ fn fallback(spec: InitSpec, mut status: Status, exe: OwnedFd, notes: Vec<Guarant
     read_write.extend(spec.scratch.clone());
     let landlock = LandlockPaths {
         read_exec: {
-            let mut v: Vec<PathBuf> = SYSTEM_DIRS.iter().map(PathBuf::from).filter(|p| p.exists()).collect();
+            let mut v: Vec<PathBuf> = SYSTEM_DIRS
+                .iter()
+                .map(PathBuf::from)
+                .filter(|p| p.exists())
+                .collect();
             v.extend(ETC_ENTRIES.iter().map(PathBuf::from).filter(|p| p.exists()));
             v.extend(spec.readonly.iter().cloned());
-            if !v.iter().chain(&spec.writable).any(|r| spec.exe.path.starts_with(r)) {
+            if !v
+                .iter()
+                .chain(&spec.writable)
+                .any(|r| spec.exe.path.starts_with(r))
+            {
                 v.push(spec.exe.path.clone());
             }
             v
@@ -785,7 +907,15 @@ fn fallback(spec: InitSpec, mut status: Status, exe: OwnedFd, notes: Vec<Guarant
     match sys::fork_single_threaded() {
         Err(e) => status.fail("fork", e),
         Ok(ForkResult::Child) => {
-            let code = workload(&spec, &mut status, &exe, report, &landlock, seccomp.as_ref().ok(), SocketPolicy::NoSockets);
+            let code = workload(
+                &spec,
+                &mut status,
+                &exe,
+                report,
+                &landlock,
+                seccomp.as_ref().ok(),
+                SocketPolicy::NoSockets,
+            );
             std::process::exit(code)
         }
         Ok(ForkResult::Parent { child }) => {
@@ -808,8 +938,12 @@ fn fallback(spec: InitSpec, mut status: Status, exe: OwnedFd, notes: Vec<Guarant
 fn kill_descendants() {
     let me = std::process::id();
     for _ in 0..1000 {
-        let children = fs::read_to_string(format!("/proc/{me}/task/{me}/children")).unwrap_or_default();
-        let pids: Vec<i32> = children.split_whitespace().filter_map(|p| p.parse().ok()).collect();
+        let children =
+            fs::read_to_string(format!("/proc/{me}/task/{me}/children")).unwrap_or_default();
+        let pids: Vec<i32> = children
+            .split_whitespace()
+            .filter_map(|p| p.parse().ok())
+            .collect();
         if pids.is_empty() {
             return;
         }

@@ -73,10 +73,16 @@ fn try_apply(paths: &LandlockPaths) -> Result<(RulesetStatus, String), landlock:
         .add_rules(path_beneath_rules(&paths.read_only, read_only))?
         .add_rules(path_beneath_rules(&paths.list_only, AccessFs::ReadDir))?
         .add_rules(path_beneath_rules(&paths.devices, device))?
-        .add_rules(path_beneath_rules(&paths.read_write, AccessFs::from_all(abi)))?
+        .add_rules(path_beneath_rules(
+            &paths.read_write,
+            AccessFs::from_all(abi),
+        ))?
         .restrict_self()?;
     let abi = match status.landlock {
-        LandlockStatus::Available { effective_abi, kernel_abi } => match kernel_abi {
+        LandlockStatus::Available {
+            effective_abi,
+            kernel_abi,
+        } => match kernel_abi {
             Some(k) => format!("{k} (used {effective_abi:?})"),
             None => format!("{}", effective_abi as i32),
         },

@@ -138,7 +138,10 @@ mod tests {
                 .collect(),
         };
         assert!(r.missing(&[]).is_empty());
-        assert_eq!(r.missing(&["memory_limit"]), vec!["memory_limit".to_string()]);
+        assert_eq!(
+            r.missing(&["memory_limit"]),
+            vec!["memory_limit".to_string()]
+        );
         r.push(Guarantee::new("seccomp", false, "not supported"));
         assert_eq!(r.missing(&[]), vec!["seccomp".to_string()]);
         assert!(!ContainmentReport::uncontained().missing(&[]).is_empty());

@@ -66,58 +66,275 @@ macro_rules! deny {
 /// The deny list. Order is documentation only.
 #[cfg(target_arch = "x86_64")]
 pub const DENY_RULES: &[DenyRule] = &[
-    deny!("ptrace", libc::SYS_ptrace, When::Always, "inspect or control other processes"),
-    deny!("process_vm_readv", libc::SYS_process_vm_readv, When::Always, "read another process's memory"),
-    deny!("process_vm_writev", libc::SYS_process_vm_writev, When::Always, "write another process's memory"),
-    deny!("pidfd_getfd", libc::SYS_pidfd_getfd, When::Always, "steal another process's descriptors"),
+    deny!(
+        "ptrace",
+        libc::SYS_ptrace,
+        When::Always,
+        "inspect or control other processes"
+    ),
+    deny!(
+        "process_vm_readv",
+        libc::SYS_process_vm_readv,
+        When::Always,
+        "read another process's memory"
+    ),
+    deny!(
+        "process_vm_writev",
+        libc::SYS_process_vm_writev,
+        When::Always,
+        "write another process's memory"
+    ),
+    deny!(
+        "pidfd_getfd",
+        libc::SYS_pidfd_getfd,
+        When::Always,
+        "steal another process's descriptors"
+    ),
     deny!("bpf", libc::SYS_bpf, When::Always, "load kernel programs"),
-    deny!("keyctl", libc::SYS_keyctl, When::Always, "kernel keyrings are shared state"),
-    deny!("add_key", libc::SYS_add_key, When::Always, "kernel keyrings are shared state"),
-    deny!("request_key", libc::SYS_request_key, When::Always, "kernel keyrings are shared state"),
-    deny!("userfaultfd", libc::SYS_userfaultfd, When::Always, "classic exploit primitive for kernel races"),
-    deny!("perf_event_open", libc::SYS_perf_event_open, When::Always, "side channels and kernel attack surface"),
-    deny!("kexec_load", libc::SYS_kexec_load, When::Always, "replace the running kernel"),
-    deny!("kexec_file_load", libc::SYS_kexec_file_load, When::Always, "replace the running kernel"),
-    deny!("mount", libc::SYS_mount, When::Always, "change the filesystem view"),
-    deny!("umount2", libc::SYS_umount2, When::Always, "uncover what the sandbox hides"),
-    deny!("pivot_root", libc::SYS_pivot_root, When::Always, "change the filesystem view"),
-    deny!("chroot", libc::SYS_chroot, When::Always, "change the filesystem view"),
+    deny!(
+        "keyctl",
+        libc::SYS_keyctl,
+        When::Always,
+        "kernel keyrings are shared state"
+    ),
+    deny!(
+        "add_key",
+        libc::SYS_add_key,
+        When::Always,
+        "kernel keyrings are shared state"
+    ),
+    deny!(
+        "request_key",
+        libc::SYS_request_key,
+        When::Always,
+        "kernel keyrings are shared state"
+    ),
+    deny!(
+        "userfaultfd",
+        libc::SYS_userfaultfd,
+        When::Always,
+        "classic exploit primitive for kernel races"
+    ),
+    deny!(
+        "perf_event_open",
+        libc::SYS_perf_event_open,
+        When::Always,
+        "side channels and kernel attack surface"
+    ),
+    deny!(
+        "kexec_load",
+        libc::SYS_kexec_load,
+        When::Always,
+        "replace the running kernel"
+    ),
+    deny!(
+        "kexec_file_load",
+        libc::SYS_kexec_file_load,
+        When::Always,
+        "replace the running kernel"
+    ),
+    deny!(
+        "mount",
+        libc::SYS_mount,
+        When::Always,
+        "change the filesystem view"
+    ),
+    deny!(
+        "umount2",
+        libc::SYS_umount2,
+        When::Always,
+        "uncover what the sandbox hides"
+    ),
+    deny!(
+        "pivot_root",
+        libc::SYS_pivot_root,
+        When::Always,
+        "change the filesystem view"
+    ),
+    deny!(
+        "chroot",
+        libc::SYS_chroot,
+        When::Always,
+        "change the filesystem view"
+    ),
     deny!("fsopen", libc::SYS_fsopen, When::Always, "new mount API"),
-    deny!("fsconfig", libc::SYS_fsconfig, When::Always, "new mount API"),
+    deny!(
+        "fsconfig",
+        libc::SYS_fsconfig,
+        When::Always,
+        "new mount API"
+    ),
     deny!("fsmount", libc::SYS_fsmount, When::Always, "new mount API"),
     deny!("fspick", libc::SYS_fspick, When::Always, "new mount API"),
-    deny!("move_mount", libc::SYS_move_mount, When::Always, "new mount API"),
-    deny!("open_tree", libc::SYS_open_tree, When::Always, "new mount API"),
-    deny!("open_tree_attr", SYS_OPEN_TREE_ATTR, When::Always, "new mount API"),
-    deny!("mount_setattr", libc::SYS_mount_setattr, When::Always, "new mount API"),
-    deny!("io_uring_setup", libc::SYS_io_uring_setup, When::Always, "io_uring bypasses seccomp for its operations"),
-    deny!("io_uring_enter", libc::SYS_io_uring_enter, When::Always, "io_uring bypasses seccomp for its operations"),
-    deny!("io_uring_register", libc::SYS_io_uring_register, When::Always, "io_uring bypasses seccomp for its operations"),
-    deny!("unshare", libc::SYS_unshare, When::AnyFlag { arg: 0, mask: NAMESPACE_FLAGS }, "nested namespaces re-open kernel surface"),
-    deny!("clone", libc::SYS_clone, When::AnyFlag { arg: 0, mask: NAMESPACE_FLAGS }, "nested namespaces re-open kernel surface"),
-    deny!("setns", libc::SYS_setns, When::Always, "join other namespaces"),
-    deny!("ioctl(TIOCSTI)", libc::SYS_ioctl, When::Equals { arg: 1, value: libc::TIOCSTI as u64 }, "inject input into a terminal"),
-    deny!("ioctl(TIOCLINUX)", libc::SYS_ioctl, When::Equals { arg: 1, value: libc::TIOCLINUX as u64 }, "console injection and selection"),
+    deny!(
+        "move_mount",
+        libc::SYS_move_mount,
+        When::Always,
+        "new mount API"
+    ),
+    deny!(
+        "open_tree",
+        libc::SYS_open_tree,
+        When::Always,
+        "new mount API"
+    ),
+    deny!(
+        "open_tree_attr",
+        SYS_OPEN_TREE_ATTR,
+        When::Always,
+        "new mount API"
+    ),
+    deny!(
+        "mount_setattr",
+        libc::SYS_mount_setattr,
+        When::Always,
+        "new mount API"
+    ),
+    deny!(
+        "io_uring_setup",
+        libc::SYS_io_uring_setup,
+        When::Always,
+        "io_uring bypasses seccomp for its operations"
+    ),
+    deny!(
+        "io_uring_enter",
+        libc::SYS_io_uring_enter,
+        When::Always,
+        "io_uring bypasses seccomp for its operations"
+    ),
+    deny!(
+        "io_uring_register",
+        libc::SYS_io_uring_register,
+        When::Always,
+        "io_uring bypasses seccomp for its operations"
+    ),
+    deny!(
+        "unshare",
+        libc::SYS_unshare,
+        When::AnyFlag {
+            arg: 0,
+            mask: NAMESPACE_FLAGS
+        },
+        "nested namespaces re-open kernel surface"
+    ),
+    deny!(
+        "clone",
+        libc::SYS_clone,
+        When::AnyFlag {
+            arg: 0,
+            mask: NAMESPACE_FLAGS
+        },
+        "nested namespaces re-open kernel surface"
+    ),
+    deny!(
+        "setns",
+        libc::SYS_setns,
+        When::Always,
+        "join other namespaces"
+    ),
+    deny!(
+        "ioctl(TIOCSTI)",
+        libc::SYS_ioctl,
+        When::Equals {
+            arg: 1,
+            value: libc::TIOCSTI
+        },
+        "inject input into a terminal"
+    ),
+    deny!(
+        "ioctl(TIOCLINUX)",
+        libc::SYS_ioctl,
+        When::Equals {
+            arg: 1,
+            value: libc::TIOCLINUX
+        },
+        "console injection and selection"
+    ),
     deny!("reboot", libc::SYS_reboot, When::Always, "host control"),
     deny!("swapon", libc::SYS_swapon, When::Always, "host control"),
     deny!("swapoff", libc::SYS_swapoff, When::Always, "host control"),
-    deny!("init_module", libc::SYS_init_module, When::Always, "load kernel code"),
-    deny!("finit_module", libc::SYS_finit_module, When::Always, "load kernel code"),
-    deny!("delete_module", libc::SYS_delete_module, When::Always, "unload kernel code"),
+    deny!(
+        "init_module",
+        libc::SYS_init_module,
+        When::Always,
+        "load kernel code"
+    ),
+    deny!(
+        "finit_module",
+        libc::SYS_finit_module,
+        When::Always,
+        "load kernel code"
+    ),
+    deny!(
+        "delete_module",
+        libc::SYS_delete_module,
+        When::Always,
+        "unload kernel code"
+    ),
     deny!("acct", libc::SYS_acct, When::Always, "host control"),
     deny!("quotactl", libc::SYS_quotactl, When::Always, "host control"),
-    deny!("quotactl_fd", libc::SYS_quotactl_fd, When::Always, "host control"),
-    deny!("syslog", libc::SYS_syslog, When::Always, "kernel log leaks addresses"),
-    deny!("settimeofday", libc::SYS_settimeofday, When::Always, "host clock"),
-    deny!("clock_settime", libc::SYS_clock_settime, When::Always, "host clock"),
-    deny!("clock_adjtime", libc::SYS_clock_adjtime, When::Always, "host clock"),
-    deny!("open_by_handle_at", libc::SYS_open_by_handle_at, When::Always, "escape a bind mount by file handle"),
-    deny!("lookup_dcookie", libc::SYS_lookup_dcookie, When::Always, "kernel profiling interface"),
+    deny!(
+        "quotactl_fd",
+        libc::SYS_quotactl_fd,
+        When::Always,
+        "host control"
+    ),
+    deny!(
+        "syslog",
+        libc::SYS_syslog,
+        When::Always,
+        "kernel log leaks addresses"
+    ),
+    deny!(
+        "settimeofday",
+        libc::SYS_settimeofday,
+        When::Always,
+        "host clock"
+    ),
+    deny!(
+        "clock_settime",
+        libc::SYS_clock_settime,
+        When::Always,
+        "host clock"
+    ),
+    deny!(
+        "clock_adjtime",
+        libc::SYS_clock_adjtime,
+        When::Always,
+        "host clock"
+    ),
+    deny!(
+        "open_by_handle_at",
+        libc::SYS_open_by_handle_at,
+        When::Always,
+        "escape a bind mount by file handle"
+    ),
+    deny!(
+        "lookup_dcookie",
+        libc::SYS_lookup_dcookie,
+        When::Always,
+        "kernel profiling interface"
+    ),
     deny!("iopl", libc::SYS_iopl, When::Always, "raw port I/O"),
     deny!("ioperm", libc::SYS_ioperm, When::Always, "raw port I/O"),
-    deny!("vhangup", libc::SYS_vhangup, When::Always, "terminal control"),
-    deny!("uselib", libc::SYS_uselib, When::Always, "obsolete loader interface"),
-    deny!("fanotify_init", libc::SYS_fanotify_init, When::Always, "watch the whole filesystem"),
+    deny!(
+        "vhangup",
+        libc::SYS_vhangup,
+        When::Always,
+        "terminal control"
+    ),
+    deny!(
+        "uselib",
+        libc::SYS_uselib,
+        When::Always,
+        "obsolete loader interface"
+    ),
+    deny!(
+        "fanotify_init",
+        libc::SYS_fanotify_init,
+        When::Always,
+        "watch the whole filesystem"
+    ),
 ];
 
 #[cfg(not(target_arch = "x86_64"))]
@@ -185,8 +402,13 @@ pub fn compile(sockets: SocketPolicy, errno: u32) -> Result<CompiledPolicy, Secc
                 for bit in (0..64).map(|b| 1u64 << b).filter(|b| mask & b != 0) {
                     chain.push(
                         SeccompRule::new(vec![
-                            SeccompCondition::new(arg, SeccompCmpArgLen::Qword, SeccompCmpOp::MaskedEq(bit), bit)
-                                .map_err(err)?,
+                            SeccompCondition::new(
+                                arg,
+                                SeccompCmpArgLen::Qword,
+                                SeccompCmpOp::MaskedEq(bit),
+                                bit,
+                            )
+                            .map_err(err)?,
                         ])
                         .map_err(err)?,
                     );
@@ -219,8 +441,13 @@ pub fn compile(sockets: SocketPolicy, errno: u32) -> Result<CompiledPolicy, Secc
     let arch = std::env::consts::ARCH
         .try_into()
         .map_err(|e: seccompiler::BackendError| SeccompError::Compile(e.to_string()))?;
-    let filter = SeccompFilter::new(rules, SeccompAction::Allow, SeccompAction::Errno(errno), arch)
-        .map_err(err)?;
+    let filter = SeccompFilter::new(
+        rules,
+        SeccompAction::Allow,
+        SeccompAction::Errno(errno),
+        arch,
+    )
+    .map_err(err)?;
     let main: BpfProgram = filter.try_into().map_err(err)?;
     Ok(CompiledPolicy {
         programs: vec![guard_program(), main],
@@ -229,14 +456,19 @@ pub fn compile(sockets: SocketPolicy, errno: u32) -> Result<CompiledPolicy, Secc
 
 /// x32 syscalls and `clone3` answer `ENOSYS`.
 fn guard_program() -> BpfProgram {
-    const LD_W_ABS: u16 = 0x00 | 0x00 | 0x20;
+    const LD_W_ABS: u16 = 0x20; // BPF_LD | BPF_W | BPF_ABS
     const JMP_JGE_K: u16 = 0x05 | 0x30;
     const JMP_JEQ_K: u16 = 0x05 | 0x10;
     const RET_K: u16 = 0x06;
     const SECCOMP_RET_ALLOW: u32 = 0x7fff_0000;
     const SECCOMP_RET_ERRNO: u32 = 0x0005_0000;
     const X32_SYSCALL_BIT: u32 = 0x4000_0000;
-    let stmt = |code, k| sock_filter { code, jt: 0, jf: 0, k };
+    let stmt = |code, k| sock_filter {
+        code,
+        jt: 0,
+        jf: 0,
+        k,
+    };
     let jump = |code, k, jt, jf| sock_filter { code, jt, jf, k };
     #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
     let clone3 = libc::SYS_clone3 as u32;
@@ -316,7 +548,9 @@ mod tests {
     fn trigger_args(r: &DenyRule) -> [u64; 6] {
         let bad = u64::MAX; // invalid pointer / descriptor everywhere
         match (r.name, r.when) {
-            (_, When::AnyFlag { .. }) => [libc::CLONE_NEWUSER as u64 | 0x8000_0000_0000, 0, 0, 0, 0, 0],
+            (_, When::AnyFlag { .. }) => {
+                [libc::CLONE_NEWUSER as u64 | 0x8000_0000_0000, 0, 0, 0, 0, 0]
+            }
             (_, When::Equals { value, .. }) => [bad, value, 0, 0, 0, 0],
             ("reboot", _) => [0, 0, 0, 0, 0, 0], // wrong magic: EINVAL unfiltered
             ("ptrace", _) => [libc::PTRACE_PEEKDATA as u64, 0, 0, 0, 0, 0],
@@ -329,15 +563,21 @@ mod tests {
         let policy = compile(SocketPolicy::UnixAndLoopbackInet, MARK).unwrap();
         for rule in DENY_RULES {
             let e = errno_of(Some(&policy), rule.nr, trigger_args(rule));
-            assert_eq!(e, MARK as i32, "{} was not refused by the filter", rule.name);
+            assert_eq!(
+                e, MARK as i32,
+                "{} was not refused by the filter",
+                rule.name
+            );
         }
     }
 
     #[test]
     fn sbx_3_positive_control_without_filter_the_marker_never_appears() {
         for rule in DENY_RULES {
-            if matches!(rule.name, "reboot" | "vhangup" | "acct" | "swapoff" | "swapon")
-                || matches!(rule.when, When::AnyFlag { .. })
+            if matches!(
+                rule.name,
+                "reboot" | "vhangup" | "acct" | "swapoff" | "swapon"
+            ) || matches!(rule.when, When::AnyFlag { .. })
             {
                 continue; // never run these unfiltered as root
             }
@@ -358,7 +598,13 @@ mod tests {
     fn sbx_3_socket_families_follow_the_level() {
         let ns = compile(SocketPolicy::UnixAndLoopbackInet, MARK).unwrap();
         let fb = compile(SocketPolicy::NoSockets, MARK).unwrap();
-        let sock = |p, fam: i32| errno_of(Some(p), libc::SYS_socket, [fam as u64, libc::SOCK_STREAM as u64, 0, 0, 0, 0]);
+        let sock = |p, fam: i32| {
+            errno_of(
+                Some(p),
+                libc::SYS_socket,
+                [fam as u64, libc::SOCK_STREAM as u64, 0, 0, 0, 0],
+            )
+        };
         assert_eq!(sock(&ns, libc::AF_UNIX), 0);
         assert_eq!(sock(&ns, libc::AF_INET), 0);
         assert_eq!(sock(&ns, libc::AF_NETLINK), MARK as i32);
@@ -366,7 +612,11 @@ mod tests {
         assert_eq!(sock(&ns, libc::AF_VSOCK), MARK as i32);
         assert_eq!(sock(&fb, libc::AF_UNIX), MARK as i32);
         assert_eq!(sock(&fb, libc::AF_INET), MARK as i32);
-        let pair = errno_of(Some(&fb), libc::SYS_socketpair, [libc::AF_UNIX as u64, libc::SOCK_STREAM as u64, 0, 0, 0, 0]);
+        let pair = errno_of(
+            Some(&fb),
+            libc::SYS_socketpair,
+            [libc::AF_UNIX as u64, libc::SOCK_STREAM as u64, 0, 0, 0, 0],
+        );
         assert_ne!(pair, MARK as i32, "socketpair stays available");
         assert_eq!(sock(&fb, libc::AF_INET6), MARK as i32);
     }
@@ -375,7 +625,13 @@ mod tests {
     fn sbx_3_guard_refuses_x32_and_clone3() {
         let policy = compile(SocketPolicy::UnixAndLoopbackInet, MARK).unwrap();
         // x32 getpid (39 | X32 bit): ENOSYS from the guard even on kernels with x32.
-        assert_eq!(errno_of(Some(&policy), 0x4000_0000 | 39, [0; 6]), libc::ENOSYS);
-        assert_eq!(errno_of(Some(&policy), libc::SYS_clone3, [0; 6]), libc::ENOSYS);
+        assert_eq!(
+            errno_of(Some(&policy), 0x4000_0000 | 39, [0; 6]),
+            libc::ENOSYS
+        );
+        assert_eq!(
+            errno_of(Some(&policy), libc::SYS_clone3, [0; 6]),
+            libc::ENOSYS
+        );
     }
 }

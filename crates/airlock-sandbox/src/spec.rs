@@ -132,7 +132,10 @@ impl SandboxSpec {
                 }
                 c
             }
-            None => writable.first().cloned().unwrap_or_else(|| PathBuf::from("/tmp")),
+            None => writable
+                .first()
+                .cloned()
+                .unwrap_or_else(|| PathBuf::from("/tmp")),
         };
         let timeout = req.timeout.unwrap_or(DEFAULT_TIMEOUT);
         if timeout.is_zero() || timeout > MAX_TIMEOUT {
@@ -172,7 +175,8 @@ impl SandboxSpec {
     pub fn with_platform_env(mut self, name: &str, value: &str) -> Self {
         let allowed = name.starts_with("AIRLOCK_") || env::PLATFORM_SET.contains(&name);
         if allowed && !value.contains('\0') {
-            self.platform_env.insert(name.to_string(), value.to_string());
+            self.platform_env
+                .insert(name.to_string(), value.to_string());
         }
         self
     }
@@ -218,8 +222,16 @@ fn canonical_roots(what: &'static str, roots: &[PathBuf]) -> Result<Vec<PathBuf>
     let mut out = Vec::new();
     for r in roots {
         let c = canonical_dir(what, r)?;
-        if FORBIDDEN_ROOTS.iter().any(|f| c == Path::new(f)) || c.starts_with("/proc") || c.starts_with("/sys") || c.starts_with("/dev") || c.starts_with("/run") {
-            return Err(SpecError::Forbidden { what, path: r.clone() });
+        if FORBIDDEN_ROOTS.iter().any(|f| c == Path::new(f))
+            || c.starts_with("/proc")
+            || c.starts_with("/sys")
+            || c.starts_with("/dev")
+            || c.starts_with("/run")
+        {
+            return Err(SpecError::Forbidden {
+                what,
+                path: r.clone(),
+            });
         }
         if !out.contains(&c) {
             out.push(c);
@@ -241,7 +253,10 @@ mod tests {
 
     #[test]
     fn sbx_7_missing_command_is_refused() {
-        assert!(matches!(SandboxSpec::parse(req(&[])), Err(SpecError::NoCommand)));
+        assert!(matches!(
+            SandboxSpec::parse(req(&[])),
+            Err(SpecError::NoCommand)
+        ));
     }
 
     #[test]
@@ -251,7 +266,10 @@ mod tests {
         let mut r = req(&["true"]);
         r.writable = vec![dir.path().to_path_buf()];
         r.cwd = Some(other.path().to_path_buf());
-        assert!(matches!(SandboxSpec::parse(r.clone()), Err(SpecError::CwdOutsideRoots(_))));
+        assert!(matches!(
+            SandboxSpec::parse(r.clone()),
+            Err(SpecError::CwdOutsideRoots(_))
+        ));
         r.cwd = Some(dir.path().to_path_buf()); // positive control
         assert!(SandboxSpec::parse(r).is_ok());
     }
@@ -272,17 +290,26 @@ mod tests {
     fn sbx_5_denied_env_is_refused_at_parse() {
         let mut r = req(&["true"]);
         r.env = vec![("LD_PRELOAD".into(), "/tmp/x.so".into())];
-        assert!(matches!(SandboxSpec::parse(r), Err(SpecError::Env(EnvError::Denied(_)))));
+        assert!(matches!(
+            SandboxSpec::parse(r),
+            Err(SpecError::Env(EnvError::Denied(_)))
+        ));
     }
 
     #[test]
     fn sbx_1_relative_roots_and_zero_limits_are_refused() {
         let mut r = req(&["true"]);
         r.writable = vec![PathBuf::from("relative/dir")];
-        assert!(matches!(SandboxSpec::parse(r), Err(SpecError::NotAbsolute { .. })));
+        assert!(matches!(
+            SandboxSpec::parse(r),
+            Err(SpecError::NotAbsolute { .. })
+        ));
         let mut r = req(&["true"]);
         r.limits.pids = Some(0);
-        assert!(matches!(SandboxSpec::parse(r), Err(SpecError::ZeroLimit("pids"))));
+        assert!(matches!(
+            SandboxSpec::parse(r),
+            Err(SpecError::ZeroLimit("pids"))
+        ));
         let mut r = req(&["true"]);
         r.timeout = Some(Duration::ZERO);
         assert!(matches!(SandboxSpec::parse(r), Err(SpecError::BadTimeout)));

@@ -51,7 +51,14 @@ pub(crate) fn set_cloexec(fd: RawFd) {
 /// Marks every descriptor from 3 up close-on-exec.
 pub(crate) fn cloexec_from_3() {
     // SAFETY: close_range with CLOSE_RANGE_CLOEXEC only sets flags.
-    let r = unsafe { libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, libc::CLOSE_RANGE_CLOEXEC) };
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_close_range,
+            3u32,
+            u32::MAX,
+            libc::CLOSE_RANGE_CLOEXEC,
+        )
+    };
     if r != 0 {
         for fd in 3..1024 {
             set_cloexec(fd);
@@ -65,7 +72,11 @@ pub(crate) fn dup_onto(src: RawFd, dst: RawFd) -> std::io::Result<()> {
     if src == dst {
         // SAFETY: clearing FD_CLOEXEC on a descriptor we own.
         let r = unsafe { libc::fcntl(dst, libc::F_SETFD, 0) };
-        return if r < 0 { Err(std::io::Error::last_os_error()) } else { Ok(()) };
+        return if r < 0 {
+            Err(std::io::Error::last_os_error())
+        } else {
+            Ok(())
+        };
     }
     // SAFETY: dup2 is async-signal-safe and only touches the fd table.
     if unsafe { libc::dup2(src, dst) } < 0 {
@@ -160,7 +171,13 @@ pub(crate) fn drop_all_capabilities_then(between: impl FnOnce() -> bool) -> bool
         for cap in 0..=last {
             libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0);
         }
-        libc::prctl(libc::PR_CAP_AMBIENT, libc::PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
+        libc::prctl(
+            libc::PR_CAP_AMBIENT,
+            libc::PR_CAP_AMBIENT_CLEAR_ALL,
+            0,
+            0,
+            0,
+        );
     }
     let between_ok = between();
     #[repr(C)]
@@ -192,13 +209,21 @@ pub(crate) fn drop_all_capabilities_then(between: impl FnOnce() -> bool) -> bool
     between_ok
         && set
         && got
-        && now.iter().all(|d| d.effective == 0 && d.permitted == 0 && d.inheritable == 0)
+        && now
+            .iter()
+            .all(|d| d.effective == 0 && d.permitted == 0 && d.inheritable == 0)
         && bounding_empty
 }
 
 /// Executes the descriptor itself (`execveat(fd, "", …, AT_EMPTY_PATH)`), or
 /// the path when `by_fd` is false. Returns only on failure.
-pub(crate) fn exec(fd: RawFd, path: &std::path::Path, argv: &[CString], envp: &[CString], by_fd: bool) -> Errno {
+pub(crate) fn exec(
+    fd: RawFd,
+    path: &std::path::Path,
+    argv: &[CString],
+    envp: &[CString],
+    by_fd: bool,
+) -> Errno {
     let mut argv_ptrs: Vec<*const libc::c_char> = argv.iter().map(|a| a.as_ptr()).collect();
     argv_ptrs.push(std::ptr::null());
     let mut envp_ptrs: Vec<*const libc::c_char> = envp.iter().map(|a| a.as_ptr()).collect();
@@ -233,7 +258,11 @@ pub(crate) fn exec(fd: RawFd, path: &std::path::Path, argv: &[CString], envp: &[
 /// interrupted and the loop can act on the signal.
 pub(crate) fn on_signal(sig: nix::sys::signal::Signal, handler: extern "C" fn(libc::c_int)) {
     use nix::sys::signal::{SaFlags, SigAction, SigHandler, SigSet, sigaction};
-    let action = SigAction::new(SigHandler::Handler(handler), SaFlags::empty(), SigSet::empty());
+    let action = SigAction::new(
+        SigHandler::Handler(handler),
+        SaFlags::empty(),
+        SigSet::empty(),
+    );
     // SAFETY: the handlers we install only store into an atomic, which is
     // async-signal-safe.
     unsafe {
@@ -244,10 +273,15 @@ pub(crate) fn on_signal(sig: nix::sys::signal::Signal, handler: extern "C" fn(li
 /// Restores default signal dispositions and an empty mask (a workload must
 /// not inherit the init's handlers or blocked signals).
 pub(crate) fn reset_signals() {
-    use nix::sys::signal::{SaFlags, SigAction, SigHandler, SigSet, SigmaskHow, sigaction, sigprocmask};
+    use nix::sys::signal::{
+        SaFlags, SigAction, SigHandler, SigSet, SigmaskHow, sigaction, sigprocmask,
+    };
     let dfl = SigAction::new(SigHandler::SigDfl, SaFlags::empty(), SigSet::empty());
     for sig in nix::sys::signal::Signal::iterator() {
-        if matches!(sig, nix::sys::signal::Signal::SIGKILL | nix::sys::signal::Signal::SIGSTOP) {
+        if matches!(
+            sig,
+            nix::sys::signal::Signal::SIGKILL | nix::sys::signal::Signal::SIGSTOP
+        ) {
             continue;
         }
         // SAFETY: restoring the default disposition is always sound.

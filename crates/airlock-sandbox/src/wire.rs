@@ -60,14 +60,21 @@ pub(crate) struct InitSpec {
 #[serde(tag = "event", rename_all = "snake_case")]
 pub(crate) enum InitEvent {
     /// Everything is in place; the next step is exec.
-    Ready { report: ContainmentReport },
+    Ready {
+        report: ContainmentReport,
+    },
     /// `--require-containment` could not be met; nothing was executed.
     Blocked {
         missing: Vec<String>,
         report: ContainmentReport,
     },
-    SetupFailed { stage: String, error: String },
-    ExecFailed { errno: i32 },
+    SetupFailed {
+        stage: String,
+        error: String,
+    },
+    ExecFailed {
+        errno: i32,
+    },
     ExecutableChanged,
     /// The workload's main process ended.
     Exited {

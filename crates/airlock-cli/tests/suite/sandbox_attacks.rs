@@ -56,7 +56,8 @@ fn sbx_5_sentinel_credentials_are_found_nowhere(who: Who) {
     let planted_tmp = std::env::temp_dir().join(format!("airlock-sentinel-{}", std::process::id()));
     std::fs::write(&planted_tmp, SENTINEL).unwrap();
     let home = std::env::var("HOME").unwrap_or_else(|_| "/root".into());
-    let planted_home = std::path::Path::new(&home).join(format!(".airlock-sentinel-{}", std::process::id()));
+    let planted_home =
+        std::path::Path::new(&home).join(format!(".airlock-sentinel-{}", std::process::id()));
     let _ = std::fs::write(&planted_home, SENTINEL);
     let home_file = planted_home.to_str().unwrap();
     let reversed: String = SENTINEL.chars().rev().collect();
@@ -68,7 +69,11 @@ fn sbx_5_sentinel_credentials_are_found_nowhere(who: Who) {
     args.extend(["/", planted_tmp.to_str().unwrap(), home_file]);
     let inside = exec(who, &[], &args);
     assert_eq!(inside.code, 0, "{inside:?}");
-    assert_eq!(inside.stdout().trim(), "", "sentinel reachable inside the sandbox");
+    assert_eq!(
+        inside.stdout().trim(),
+        "",
+        "sentinel reachable inside the sandbox"
+    );
 
     // Positive control: the same probe, uncontained, finds the planted values
     // (scanning only /tmp and the planted files: the host's / is large).
@@ -76,9 +81,15 @@ fn sbx_5_sentinel_credentials_are_found_nowhere(who: Who) {
     args.extend(["/tmp", home_file]);
     let control = exec(who, &["--driver", "uncontained"], &args);
     let found = control.stdout();
-    assert!(found.contains("/proc/"), "control must see the broker's environ: {found}");
+    assert!(
+        found.contains("/proc/"),
+        "control must see the broker's environ: {found}"
+    );
     if who == Who::Invoker {
-        assert!(found.contains(planted_tmp.to_str().unwrap()), "control must see the /tmp file: {found}");
+        assert!(
+            found.contains(planted_tmp.to_str().unwrap()),
+            "control must see the /tmp file: {found}"
+        );
     }
     let _ = std::fs::remove_file(&planted_tmp);
     let _ = std::fs::remove_file(&planted_home);
@@ -117,8 +128,16 @@ except OSError as e:
 
     // Positive control: uncontained reaches the host listener.
     listener.set_nonblocking(false).unwrap();
-    let control = exec(who, &["--driver", "uncontained"], &["/usr/bin/python3", "-c", probe, &port]);
-    assert!(control.stdout().contains("tcp:connected"), "{}", control.stdout());
+    let control = exec(
+        who,
+        &["--driver", "uncontained"],
+        &["/usr/bin/python3", "-c", probe, &port],
+    );
+    assert!(
+        control.stdout().contains("tcp:connected"),
+        "{}",
+        control.stdout()
+    );
 }
 both_users!(sbx_3_no_route_out_to_host_loopback_or_dns);
 
@@ -135,10 +154,19 @@ fn sbx_3_writes_only_inside_writable_roots(who: Who) {
          (echo 1 > /proc/sys/kernel/hostname) 2>/dev/null && echo LEAK:procsys; true"
     );
     let r = exec_sh(who, &["--writable", wp, "--readonly", rop], &script);
-    assert!(r.stdout().contains("written"), "positive control: the writable root works: {r:?}");
+    assert!(
+        r.stdout().contains("written"),
+        "positive control: the writable root works: {r:?}"
+    );
     assert!(!r.stdout().contains("LEAK"), "{}", r.stdout());
-    assert_eq!(std::fs::read_to_string(w.path().join("inside")).unwrap(), "ok\n");
-    assert_eq!(std::fs::read_to_string(ro.path().join("existing")).unwrap(), "orig");
+    assert_eq!(
+        std::fs::read_to_string(w.path().join("inside")).unwrap(),
+        "ok\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(ro.path().join("existing")).unwrap(),
+        "orig"
+    );
     assert!(!ro.path().join("evil").exists());
 }
 both_users!(sbx_3_writes_only_inside_writable_roots);
@@ -159,7 +187,14 @@ fn sbx_5_host_processes_run_home_and_key_directory_are_invisible(who: Who) {
 
     // Positive control: uncontained sees the host's processes and the key dir.
     let c = exec_sh(who, &["--driver", "uncontained"], &script);
-    let n: usize = c.stdout().lines().next().unwrap_or("0").trim().parse().unwrap_or(0);
+    let n: usize = c
+        .stdout()
+        .lines()
+        .next()
+        .unwrap_or("0")
+        .trim()
+        .parse()
+        .unwrap_or(0);
     assert!(n > 4, "control should see host processes");
     assert!(c.stdout().contains(&format!("VISIBLE:{kp}")));
 }
@@ -209,8 +244,16 @@ fn sbx_3_dangerous_syscalls_are_refused_inside(who: Who) {
     let e = probe_errnos(&r);
     const EPERM: i32 = 1;
     for name in [
-        "ptrace", "mount", "bpf", "io_uring_setup", "unshare_user", "unshare_net", "keyctl",
-        "userfaultfd", "perf_event_open", "netlink_socket",
+        "ptrace",
+        "mount",
+        "bpf",
+        "io_uring_setup",
+        "unshare_user",
+        "unshare_net",
+        "keyctl",
+        "userfaultfd",
+        "perf_event_open",
+        "netlink_socket",
     ] {
         assert_eq!(e.get(name), Some(&EPERM), "{name} not refused: {e:?} {r:?}");
     }
@@ -220,8 +263,16 @@ fn sbx_3_dangerous_syscalls_are_refused_inside(who: Who) {
     // errno is the kernel's own answer, not the filter's EPERM).
     let c = py(who, &["--driver", "uncontained"], SYSCALL_PROBE);
     let ce = probe_errnos(&c);
-    assert_eq!(ce.get("ptrace"), Some(&0), "control: PTRACE_TRACEME works uncontained: {ce:?}");
-    assert_eq!(ce.get("netlink_socket"), Some(&0), "control: netlink socket works uncontained: {ce:?}");
+    assert_eq!(
+        ce.get("ptrace"),
+        Some(&0),
+        "control: PTRACE_TRACEME works uncontained: {ce:?}"
+    );
+    assert_eq!(
+        ce.get("netlink_socket"),
+        Some(&0),
+        "control: netlink socket works uncontained: {ce:?}"
+    );
     assert_ne!(ce.get("unshare_user"), Some(&EPERM), "control: {ce:?}");
 }
 both_users!(sbx_3_dangerous_syscalls_are_refused_inside);
@@ -230,10 +281,16 @@ both_users!(sbx_3_dangerous_syscalls_are_refused_inside);
 /// a process limit, proven in the same test before the attack runs.
 fn preflight_pid_isolation_and_limits(who: Who, opts: &[&str]) {
     let r = exec_sh(who, opts, "echo $$; ls /proc | grep -c '^[0-9]'");
-    assert!(r.guarantee("pid_namespace"), "preflight: no PID namespace: {r:?}");
+    assert!(
+        r.guarantee("pid_namespace"),
+        "preflight: no PID namespace: {r:?}"
+    );
     let mut l = r.stdout().lines();
     let pid: u32 = l.next().unwrap_or("0").trim().parse().unwrap_or(0);
-    assert!(pid <= 3, "preflight: shell pid {pid} is not inside a fresh PID namespace");
+    assert!(
+        pid <= 3,
+        "preflight: shell pid {pid} is not inside a fresh PID namespace"
+    );
     assert!(
         r.guarantee("pids_limit") || r.guarantee("rlimits"),
         "preflight: no process limit in force: {r:?}"
@@ -248,9 +305,14 @@ fn sbx_4_fork_bomb_stops_at_the_pids_limit(who: Who) {
     let r = exec_sh(
         who,
         &opts,
-        &format!("{name}() {{ {name} | {name} & }}; {name}; sleep 1; kill -9 -1 2>/dev/null; echo survived"),
+        &format!(
+            "{name}() {{ {name} | {name} & }}; {name}; sleep 1; kill -9 -1 2>/dev/null; echo survived"
+        ),
     );
-    assert!(r.hit("pids") || r.code != 0 || r.stdout().contains("survived"), "{r:?}");
+    assert!(
+        r.hit("pids") || r.code != 0 || r.stdout().contains("survived"),
+        "{r:?}"
+    );
     // The host stays responsive: a fresh process starts promptly.
     let t = Instant::now();
     let ok = std::process::Command::new("/bin/true").status().unwrap();
@@ -262,7 +324,11 @@ fn sbx_4_fork_bomb_stops_at_the_pids_limit(who: Who) {
 both_users!(sbx_4_fork_bomb_stops_at_the_pids_limit);
 
 fn sbx_3_memory_hog_is_killed_and_reported(who: Who) {
-    let r = py(who, &["--memory", "64"], "x = bytearray(512 * 1024 * 1024); x[::4096] = b'y' * len(x[::4096]); print('survived')");
+    let r = py(
+        who,
+        &["--memory", "64"],
+        "x = bytearray(512 * 1024 * 1024); x[::4096] = b'y' * len(x[::4096]); print('survived')",
+    );
     assert!(!r.stdout().contains("survived"), "{r:?}");
     assert_ne!(r.code, 0);
     assert!(r.guarantee("memory_limit"), "{r:?}");
@@ -270,13 +336,19 @@ fn sbx_3_memory_hog_is_killed_and_reported(who: Who) {
         .as_array()
         .unwrap()
         .iter()
-        .any(|g| g["name"] == "memory_limit" && g["detail"].as_str().unwrap_or("").contains("via cgroup"))
+        .any(|g| {
+            g["name"] == "memory_limit" && g["detail"].as_str().unwrap_or("").contains("via cgroup")
+        })
     {
         assert!(r.hit("memory"), "cgroup OOM kill must be reported: {r:?}");
         assert_eq!(r.json["signal"], 9);
     }
     // Positive control: a small allocation under the same limit succeeds.
-    let ok = py(who, &["--memory", "64"], "x = bytearray(8 * 1024 * 1024); print('fine')");
+    let ok = py(
+        who,
+        &["--memory", "64"],
+        "x = bytearray(8 * 1024 * 1024); print('fine')",
+    );
     assert_eq!(ok.stdout().trim(), "fine", "{ok:?}");
 }
 both_users!(sbx_3_memory_hog_is_killed_and_reported);
@@ -284,27 +356,46 @@ both_users!(sbx_3_memory_hog_is_killed_and_reported);
 fn sbx_4_double_forked_setsid_daemon_never_writes(who: Who) {
     let w = workdir(who);
     let wp = path_str(w.path());
-    let daemon = format!("(setsid sh -c 'sleep 2; echo alive > {wp}/daemon' >/dev/null 2>&1 &) ; echo started");
+    let daemon = format!(
+        "(setsid sh -c 'sleep 2; echo alive > {wp}/daemon' >/dev/null 2>&1 &) ; echo started"
+    );
     let r = exec_sh(who, &["--writable", wp], &daemon);
     assert!(r.stdout().contains("started"));
     std::thread::sleep(Duration::from_secs(3));
-    assert!(!w.path().join("daemon").exists(), "daemon outlived the sandbox");
+    assert!(
+        !w.path().join("daemon").exists(),
+        "daemon outlived the sandbox"
+    );
 
     // Positive control: uncontained, the daemon survives and writes (the
     // pause lets it leave the process group that the broker kills on exit).
-    let _ = exec_sh(who, &["--driver", "uncontained", "--writable", wp], &format!("{daemon}; sleep 1"));
+    let _ = exec_sh(
+        who,
+        &["--driver", "uncontained", "--writable", wp],
+        &format!("{daemon}; sleep 1"),
+    );
     let deadline = Instant::now() + Duration::from_secs(10);
     while !w.path().join("daemon").exists() && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(100));
     }
-    assert!(w.path().join("daemon").exists(), "control daemon should have written");
+    assert!(
+        w.path().join("daemon").exists(),
+        "control daemon should have written"
+    );
 }
 both_users!(sbx_4_double_forked_setsid_daemon_never_writes);
 
 fn count_processes_with(marker: &str) -> usize {
-    let Ok(dir) = std::fs::read_dir("/proc") else { return 0 };
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return 0;
+    };
     dir.filter_map(Result::ok)
-        .filter(|e| e.file_name().to_string_lossy().chars().all(|c| c.is_ascii_digit()))
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .chars()
+                .all(|c| c.is_ascii_digit())
+        })
         .filter(|e| {
             let mut s = String::new();
             std::fs::File::open(e.path().join("cmdline"))
@@ -317,19 +408,34 @@ fn count_processes_with(marker: &str) -> usize {
 
 fn sbx_4_timeout_kills_everything_and_is_reported(who: Who) {
     let marker = format!("{}.{}", 3000 + std::process::id() % 1000, 77);
-    let r = exec_sh(who, &["--timeout", "1", "--grace", "1"], &format!("sleep {marker} & sleep {marker}; echo never"));
+    let r = exec_sh(
+        who,
+        &["--timeout", "1", "--grace", "1"],
+        &format!("sleep {marker} & sleep {marker}; echo never"),
+    );
     assert_eq!(r.json["timed_out"], true, "{r:?}");
     assert!(r.hit("timeout"));
     assert!(!r.stdout().contains("never"));
     assert!(r.code >= 128, "exit {}", r.code);
-    assert_eq!(count_processes_with(&format!("sleep {marker}")), 0, "processes left behind");
+    assert_eq!(
+        count_processes_with(&format!("sleep {marker}")),
+        0,
+        "processes left behind"
+    );
     // Positive control: without the timeout the same command is still running.
-    assert_eq!(exec_sh(who, &["--timeout", "5"], "echo quick").json["timed_out"], false);
+    assert_eq!(
+        exec_sh(who, &["--timeout", "5"], "echo quick").json["timed_out"],
+        false
+    );
 }
 both_users!(sbx_4_timeout_kills_everything_and_is_reported);
 
 fn sbx_1_huge_stdout_is_truncated_without_deadlock(who: Who) {
-    let r = exec_sh(who, &["--output-budget", "65536"], "head -c 104857600 /dev/zero; echo done >&2");
+    let r = exec_sh(
+        who,
+        &["--output-budget", "65536"],
+        "head -c 104857600 /dev/zero; echo done >&2",
+    );
     assert_eq!(r.code, 0, "{}", r.stderr);
     assert_eq!(r.json["stdout_bytes"], 104_857_600u64);
     assert_eq!(r.json["stdout_dropped"], 104_857_600u64 - 65536);
@@ -344,19 +450,36 @@ fn sbx_3_fallback_level_denies_network_and_host_files(who: Who) {
     let sockdir = workdir(who);
     let sock_path = sockdir.path().join("host.sock");
     let _unix = std::os::unix::net::UnixListener::bind(&sock_path).unwrap();
-    let _ = std::fs::set_permissions(&sock_path, std::os::unix::fs::PermissionsExt::from_mode(0o777));
+    let _ = std::fs::set_permissions(
+        &sock_path,
+        std::os::unix::fs::PermissionsExt::from_mode(0o777),
+    );
     let probe = "import socket,sys\ntry:\n socket.create_connection(('127.0.0.1', int(sys.argv[1])), timeout=3); print('tcp:connected')\nexcept OSError as e: print('tcp:denied', e.errno)\ntry:\n open('/etc/passwd').read(); print('passwd:read')\nexcept OSError: print('passwd:denied')\ntry:\n u = socket.socket(socket.AF_UNIX); u.connect(sys.argv[2]); print('unix:connected')\nexcept OSError as e: print('unix:denied', e.errno)\n";
     let sp = path_str(&sock_path);
-    let r = exec(who, &["--driver", "landlock"], &["/usr/bin/python3", "-c", probe, &port, sp]);
+    let r = exec(
+        who,
+        &["--driver", "landlock"],
+        &["/usr/bin/python3", "-c", probe, &port, sp],
+    );
     assert_eq!(r.level(), "landlock_seccomp", "{r:?}");
     assert!(r.stdout().contains("tcp:denied"), "{r:?}");
     assert!(r.stdout().contains("passwd:denied"), "{r:?}");
-    assert!(r.stdout().contains("unix:denied"), "a host Unix socket must be unreachable: {r:?}");
+    assert!(
+        r.stdout().contains("unix:denied"),
+        "a host Unix socket must be unreachable: {r:?}"
+    );
     assert!(r.guarantee("network_denied") && r.guarantee("landlock") && r.guarantee("seccomp"));
     assert!(!r.guarantee("pid_namespace"));
     // Positive control: uncontained connects and reads.
-    let c = exec(who, &["--driver", "uncontained"], &["/usr/bin/python3", "-c", probe, &port, sp]);
-    assert!(c.stdout().contains("tcp:connected") && c.stdout().contains("passwd:read"), "{c:?}");
+    let c = exec(
+        who,
+        &["--driver", "uncontained"],
+        &["/usr/bin/python3", "-c", probe, &port, sp],
+    );
+    assert!(
+        c.stdout().contains("tcp:connected") && c.stdout().contains("passwd:read"),
+        "{c:?}"
+    );
     assert!(c.stdout().contains("unix:connected"), "{c:?}");
 }
 both_users!(sbx_3_fallback_level_denies_network_and_host_files);

@@ -7,7 +7,16 @@ use crate::suite::support::*;
 fn sbx_7_json_has_every_documented_field(who: Who) {
     let r = exec_sh(who, &[], "echo out; echo err >&2; exit 3");
     assert_eq!(r.code, 3);
-    for field in ["exit_code", "signal", "timed_out", "duration_ms", "stdout", "stderr", "containment", "egress"] {
+    for field in [
+        "exit_code",
+        "signal",
+        "timed_out",
+        "duration_ms",
+        "stdout",
+        "stderr",
+        "containment",
+        "egress",
+    ] {
         assert!(r.json.get(field).is_some(), "missing {field}: {}", r.json);
     }
     assert_eq!(r.json["exit_code"], 3);
@@ -19,7 +28,10 @@ fn sbx_7_json_has_every_documented_field(who: Who) {
         assert!(r.json["egress"].get(field).is_some(), "egress.{field}");
     }
     assert_eq!(r.json["executable"]["path"], "/usr/bin/dash");
-    assert_eq!(r.json["executable"]["sha256"].as_str().map(str::len), Some(64));
+    assert_eq!(
+        r.json["executable"]["sha256"].as_str().map(str::len),
+        Some(64)
+    );
 }
 both_users!(sbx_7_json_has_every_documented_field);
 
@@ -35,20 +47,41 @@ fn sbx_6_full_containment_report_at_namespaces_level(who: Who) {
     let r = exec(who, &["--require-containment"], &["/bin/true"]);
     assert_eq!(r.code, 0, "{r:?}");
     for g in [
-        "user_namespace", "mount_namespace", "pid_namespace", "network_namespace", "ipc_namespace",
-        "uts_namespace", "private_root", "no_new_privs", "capabilities_dropped", "non_root_uid",
-        "seccomp", "landlock", "rlimits",
+        "user_namespace",
+        "mount_namespace",
+        "pid_namespace",
+        "network_namespace",
+        "ipc_namespace",
+        "uts_namespace",
+        "private_root",
+        "no_new_privs",
+        "capabilities_dropped",
+        "non_root_uid",
+        "seccomp",
+        "landlock",
+        "rlimits",
     ] {
-        assert!(r.guarantee(g), "{g} not in force: {}", r.json["containment"]);
+        assert!(
+            r.guarantee(g),
+            "{g} not in force: {}",
+            r.json["containment"]
+        );
     }
 }
 both_users!(sbx_6_full_containment_report_at_namespaces_level);
 
 fn sbx_6_require_containment_blocks_weaker_levels(who: Who) {
     for driver in ["landlock", "uncontained"] {
-        let r = exec(who, &["--require-containment", "--driver", driver], &["/bin/true"]);
+        let r = exec(
+            who,
+            &["--require-containment", "--driver", driver],
+            &["/bin/true"],
+        );
         assert_eq!(r.code, 125, "{driver}: {r:?}");
-        assert_eq!(r.json["error"]["code"], "containment_unavailable", "{driver}");
+        assert_eq!(
+            r.json["error"]["code"], "containment_unavailable",
+            "{driver}"
+        );
         assert!(r.stderr.contains("containment_unavailable"));
     }
     // Positive control: the same driver without the requirement runs.
@@ -59,11 +92,18 @@ both_users!(sbx_6_require_containment_blocks_weaker_levels);
 fn sbx_6_require_containment_blocks_unapplied_limits(who: Who) {
     // As an unprivileged user no cgroup is writable, so a CPU limit cannot be
     // applied and must block; as root it applies and the command runs.
-    let r = exec(who, &["--require-containment", "--cpus", "0.5"], &["/bin/true"]);
+    let r = exec(
+        who,
+        &["--require-containment", "--cpus", "0.5"],
+        &["/bin/true"],
+    );
     let applied = r.guarantee("cpu_limit");
     if who == Who::Unprivileged {
         assert_eq!(r.code, 125, "{r:?}");
-        assert!(r.json["error"]["missing"].to_string().contains("cpu_limit"), "{r:?}");
+        assert!(
+            r.json["error"]["missing"].to_string().contains("cpu_limit"),
+            "{r:?}"
+        );
     } else {
         assert_eq!(r.code == 0, applied, "{r:?}");
     }
@@ -81,10 +121,19 @@ both_users!(sbx_6_uncontained_driver_is_labelled);
 
 fn sbx_5_environment_is_the_allowlist_plus_declared(who: Who) {
     let r = exec(who, &["--env", "GREETING=hello"], &["/usr/bin/env"]);
-    let mut names: Vec<&str> = r.stdout().lines().filter_map(|l| l.split_once('=').map(|(k, _)| k)).collect();
+    let mut names: Vec<&str> = r
+        .stdout()
+        .lines()
+        .filter_map(|l| l.split_once('=').map(|(k, _)| k))
+        .collect();
     names.sort_unstable();
     names.retain(|n| *n != "TZ");
-    assert_eq!(names, ["GREETING", "HOME", "LANG", "PATH", "TMPDIR"], "{}", r.stdout());
+    assert_eq!(
+        names,
+        ["GREETING", "HOME", "LANG", "PATH", "TMPDIR"],
+        "{}",
+        r.stdout()
+    );
     assert!(r.stdout().contains("GREETING=hello"));
 }
 both_users!(sbx_5_environment_is_the_allowlist_plus_declared);
@@ -92,7 +141,10 @@ both_users!(sbx_5_environment_is_the_allowlist_plus_declared);
 /// `airlock ARGS` (no --json) as `who`: (exit code, stderr).
 fn raw(who: Who, args: &[&str]) -> (i32, String) {
     let out = airlock(who).args(args).output().unwrap();
-    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stderr).into_owned())
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 fn sbx_7_bad_input_is_one_clear_line_and_exit_125(who: Who) {
@@ -104,26 +156,75 @@ fn sbx_7_bad_input_is_one_clear_line_and_exit_125(who: Who) {
     std::fs::write(&data, "not a program").unwrap();
     let data = path_str(&data);
     let cases: Vec<(Vec<&str>, &str)> = vec![
-        (vec!["sandbox", "exec", "--frobnicate", "--", "true"], "unexpected argument"),
+        (
+            vec!["sandbox", "exec", "--frobnicate", "--", "true"],
+            "unexpected argument",
+        ),
         (vec!["sandbox", "exec"], "required"),
-        (vec!["sandbox", "exec", "--", "/no/such/binary"], "command not found"),
-        (vec!["sandbox", "exec", "--", "no-such-command-xyz"], "command not found"),
-        (vec!["sandbox", "exec", "--writable", wp, "--cwd", op, "--", "true"], "outside the writable"),
-        (vec!["sandbox", "exec", "--env", "LD_PRELOAD=/x.so", "--", "true"], "denylist"),
-        (vec!["sandbox", "exec", "--env", "PYTHONPATH=/x", "--", "true"], "denylist"),
-        (vec!["sandbox", "exec", "--env", "NOEQUALS", "--", "true"], "NAME=VALUE"),
-        (vec!["sandbox", "exec", "--writable", "/", "--", "true"], "system directory"),
-        (vec!["sandbox", "exec", "--timeout", "0", "--", "true"], "timeout"),
-        (vec!["sandbox", "exec", "--allow", "example.com", "--", "true"], "egress not available"),
-        (vec!["sandbox", "exec", "--channel", "openai", "--", "true"], "egress not available"),
-        (vec!["sandbox", "exec", "--", data], "not a regular executable"),
+        (
+            vec!["sandbox", "exec", "--", "/no/such/binary"],
+            "command not found",
+        ),
+        (
+            vec!["sandbox", "exec", "--", "no-such-command-xyz"],
+            "command not found",
+        ),
+        (
+            vec![
+                "sandbox",
+                "exec",
+                "--writable",
+                wp,
+                "--cwd",
+                op,
+                "--",
+                "true",
+            ],
+            "outside the writable",
+        ),
+        (
+            vec!["sandbox", "exec", "--env", "LD_PRELOAD=/x.so", "--", "true"],
+            "denylist",
+        ),
+        (
+            vec!["sandbox", "exec", "--env", "PYTHONPATH=/x", "--", "true"],
+            "denylist",
+        ),
+        (
+            vec!["sandbox", "exec", "--env", "NOEQUALS", "--", "true"],
+            "NAME=VALUE",
+        ),
+        (
+            vec!["sandbox", "exec", "--writable", "/", "--", "true"],
+            "system directory",
+        ),
+        (
+            vec!["sandbox", "exec", "--timeout", "0", "--", "true"],
+            "timeout",
+        ),
+        (
+            vec!["sandbox", "exec", "--allow", "example.com", "--", "true"],
+            "egress not available",
+        ),
+        (
+            vec!["sandbox", "exec", "--channel", "openai", "--", "true"],
+            "egress not available",
+        ),
+        (
+            vec!["sandbox", "exec", "--", data],
+            "not a regular executable",
+        ),
     ];
     for (args, needle) in cases {
         let (code, stderr) = raw(who, &args);
         assert_eq!(code, 125, "{args:?}: {stderr}");
         assert!(stderr.contains(needle), "{args:?}: {stderr}");
         assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
-        assert_eq!(stderr.trim().lines().count(), 1, "{args:?}: one line expected: {stderr}");
+        assert_eq!(
+            stderr.trim().lines().count(),
+            1,
+            "{args:?}: one line expected: {stderr}"
+        );
     }
     // Positive control: a good invocation exits 0.
     assert_eq!(raw(who, &["sandbox", "exec", "--", "true"]).0, 0);
@@ -131,9 +232,17 @@ fn sbx_7_bad_input_is_one_clear_line_and_exit_125(who: Who) {
 both_users!(sbx_7_bad_input_is_one_clear_line_and_exit_125);
 
 fn sbx_7_python_and_node_run_inside(who: Who) {
-    let r = py(who, &[], "import json, ssl, sqlite3; print(json.dumps({'ok': 1}))");
+    let r = py(
+        who,
+        &[],
+        "import json, ssl, sqlite3; print(json.dumps({'ok': 1}))",
+    );
     assert_eq!(r.stdout().trim(), "{\"ok\": 1}", "{r:?}");
-    let n = exec(who, &[], &["node", "-e", "console.log(JSON.stringify({ok: 2}))"]);
+    let n = exec(
+        who,
+        &[],
+        &["node", "-e", "console.log(JSON.stringify({ok: 2}))"],
+    );
     assert_eq!(n.stdout().trim(), "{\"ok\":2}", "{n:?}");
 }
 both_users!(sbx_7_python_and_node_run_inside);

@@ -50,7 +50,13 @@ pub fn test_user() -> Option<(u32, u32)> {
         };
         if id("-u").is_none() {
             let _ = Command::new("useradd")
-                .args(["--system", "--no-create-home", "--shell", "/usr/sbin/nologin", TEST_USER])
+                .args([
+                    "--system",
+                    "--no-create-home",
+                    "--shell",
+                    "/usr/sbin/nologin",
+                    TEST_USER,
+                ])
                 .status();
         }
         Some((id("-u")?, id("-g")?))
@@ -131,7 +137,10 @@ impl Exec {
     pub fn guarantee(&self, name: &str) -> bool {
         self.json["containment"]["guarantees"]
             .as_array()
-            .is_some_and(|gs| gs.iter().any(|g| g["name"] == name && g["in_force"] == true))
+            .is_some_and(|gs| {
+                gs.iter()
+                    .any(|g| g["name"] == name && g["in_force"] == true)
+            })
     }
     pub fn level(&self) -> &str {
         self.json["containment"]["level"].as_str().unwrap_or("")
@@ -155,8 +164,12 @@ pub fn exec(who: Who, opts: &[&str], cmd: &[&str]) -> Exec {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let mut lines = stdout.lines().filter(|l| !l.trim().is_empty());
     let first = lines.next().unwrap_or("null");
-    assert!(lines.next().is_none(), "more than one JSON object on stdout: {stdout}");
-    let json: Value = serde_json::from_str(first).unwrap_or_else(|e| panic!("not JSON ({e}): {stdout}"));
+    assert!(
+        lines.next().is_none(),
+        "more than one JSON object on stdout: {stdout}"
+    );
+    let json: Value =
+        serde_json::from_str(first).unwrap_or_else(|e| panic!("not JSON ({e}): {stdout}"));
     Exec {
         json,
         code: out.status.code().unwrap_or(-1),

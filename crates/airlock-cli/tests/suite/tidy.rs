@@ -3,7 +3,9 @@
 use std::path::{Path, PathBuf};
 
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
     for e in entries.flatten() {
         let p = e.path();
         if p.is_dir() {
@@ -31,10 +33,15 @@ fn only_the_sandbox_crate_contains_unsafe() {
             std::fs::read_to_string(p)
                 .unwrap_or_default()
                 .lines()
-                .any(|l| l.contains("unsafe {") || l.contains("unsafe fn") || l.contains("unsafe impl"))
+                .any(|l| {
+                    l.contains("unsafe {") || l.contains("unsafe fn") || l.contains("unsafe impl")
+                })
         })
         .collect();
-    assert!(offenders.is_empty(), "unsafe outside airlock-sandbox: {offenders:?}");
+    assert!(
+        offenders.is_empty(),
+        "unsafe outside airlock-sandbox: {offenders:?}"
+    );
 }
 
 #[test]
