@@ -246,6 +246,8 @@ impl Broker {
             (exe_fd.as_raw_fd(), EXE_FD),
         ];
         sys::set_pre_exec(&mut cmd, move || {
+            // Descriptors the broker itself inherited stay out of the sandbox.
+            sys::cloexec_inherited()?;
             for (src, dst) in fds {
                 sys::dup_onto(src, dst)?;
             }
@@ -260,6 +262,16 @@ impl Broker {
         drop(status_w);
         drop(exe_fd);
         let child_pid = child.id();
+        let pidfd = sys::pidfd_open(child_pid);
+        let signal = |sig: Signal| match &pidfd {
+            Some(fd) => sys::pidfd_signal(fd, sig),
+            None => {
+                let _ = kill(
+                    Pid::from_raw(i32::try_from(child_pid).unwrap_or(i32::MAX)),
+                    sig,
+                );
+            }
+        };
         if !cgroup.is_empty() && cgroup.add(child_pid).is_err() {
             // The limits we reported as applied would not hold: stop now.
             let _ = child.kill();
@@ -301,7 +313,6 @@ impl Broker {
             }
         });
 
-        let pid = Pid::from_raw(i32::try_from(child_pid).unwrap_or(i32::MAX));
         let (wait_tx, wait_rx) = mpsc::channel();
         thread::spawn(move || {
             let _ = wait_tx.send(child.wait());
@@ -312,13 +323,22 @@ impl Broker {
             Ok(r) => Some(r),
             Err(_) => {
                 timed_out = true;
-                let _ = kill(pid, Signal::SIGTERM);
+                signal(Signal::SIGTERM);
                 match wait_rx.recv_timeout(spec.grace) {
                     Ok(r) => Some(r),
                     Err(_) => {
-                        let _ = kill(pid, Signal::SIGKILL);
-                        cgroup.kill();
-                        wait_rx.recv().ok()
+                        // Grace is over. The init kills its whole tree on
+                        // KILL_ALL (the fallback level's subreaper needs to
+                        // do it itself); SIGKILL and the cgroup follow.
+                        signal(crate::init::KILL_ALL);
+                        match wait_rx.recv_timeout(Duration::from_secs(2)) {
+                            Ok(r) => Some(r),
+                            Err(_) => {
+                                signal(Signal::SIGKILL);
+                                cgroup.kill();
+                                wait_rx.recv().ok()
+                            }
+                        }
                     }
                 }
             }
@@ -477,6 +497,7 @@ fn run_uncontained(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     sys::set_pre_exec(&mut cmd, || {
+        sys::cloexec_inherited()?;
         nix::unistd::setsid().map_err(std::io::Error::from)?;
         sys::die_with_parent()
     });

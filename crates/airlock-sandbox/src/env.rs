@@ -59,12 +59,22 @@ pub const DENIED_NAMES: &[&str] = &[
     "OPENSSL_CONF",
     "OPENSSL_ENGINES",
     "SSLKEYLOGFILE",
-    "GIT_EXEC_PATH",
-    "GIT_SSH",
-    "GIT_SSH_COMMAND",
-    "GIT_CONFIG_GLOBAL",
     "EDITOR",
+    "VISUAL",
     "PAGER",
+    "MANPAGER",
+    "BROWSER",
+    "LESSOPEN",
+    "LESSCLOSE",
+    "SSH_ASKPASS",
+    "SUDO_ASKPASS",
+    "PHPRC",
+    "PHP_INI_SCAN_DIR",
+    "RUSTC",
+    "RUSTC_WRAPPER",
+    "RUSTC_WORKSPACE_WRAPPER",
+    "RUSTDOC",
+    "CARGO_BUILD_RUSTC_WRAPPER",
 ];
 
 /// Prefixes that are never delivered (loader, interpreter, debugger and
@@ -77,7 +87,9 @@ pub const DENIED_PREFIXES: &[&str] = &[
     "AIRLOCK_",
     "LUA_",
     "TCL",
-    "GIT_CONFIG",
+    "GIT_",
+    "NPM_CONFIG_",
+    "YARN_",
 ];
 
 /// Benign interpreter switches that a denied prefix would otherwise catch.

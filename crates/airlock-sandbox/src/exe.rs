@@ -92,7 +92,20 @@ impl ResolvedExecutable {
             path: path.to_path_buf(),
             source,
         };
-        let mut file = File::open(path).map_err(io)?;
+        // Refuse anything but a regular file before opening it (a FIFO would
+        // block the open), and open non-blocking in case one is swapped in.
+        let pre = std::fs::metadata(path).map_err(io)?;
+        if !pre.is_file() {
+            return Err(ExeError::NotExecutable(path.to_path_buf()));
+        }
+        let mut file = {
+            use std::os::unix::fs::OpenOptionsExt;
+            std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW)
+                .open(path)
+                .map_err(io)?
+        };
         let meta = file.metadata().map_err(io)?;
         if !meta.is_file() || meta.permissions().mode() & 0o111 == 0 {
             return Err(ExeError::NotExecutable(path.to_path_buf()));
@@ -190,6 +203,17 @@ mod tests {
         std::fs::write(&f, "x").unwrap();
         assert!(matches!(
             ResolvedExecutable::resolve(f.to_str().unwrap(), "", Path::new("/")),
+            Err(ExeError::NotExecutable(_))
+        ));
+    }
+
+    #[test]
+    fn sbx_2_fifo_is_refused_without_blocking() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("fifo");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o755)).unwrap();
+        assert!(matches!(
+            ResolvedExecutable::resolve(fifo.to_str().unwrap(), "", Path::new("/")),
             Err(ExeError::NotExecutable(_))
         ));
     }

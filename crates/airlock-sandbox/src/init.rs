@@ -79,6 +79,21 @@ pub const DEVICES: &[&str] = &["null", "zero", "full", "random", "urandom"];
 
 const NEW_ROOT: &str = "/tmp";
 
+/// Entries of the sandbox's procfs re-mounted read-only: sysctls and the
+/// kernel's trigger files.
+pub const PROC_READ_ONLY: &[&str] = &[
+    "sys",
+    "sysrq-trigger",
+    "irq",
+    "bus",
+    "fs",
+    "latency_stats",
+    "timer_list",
+];
+
+/// Sent by the broker when the grace period is over.
+pub(crate) const KILL_ALL: Signal = Signal::SIGUSR2;
+
 static FORWARD_TO: AtomicI32 = AtomicI32::new(0);
 static PENDING_SIGNAL: AtomicI32 = AtomicI32::new(0);
 
@@ -424,6 +439,37 @@ fn open_source(path: &Path, target: &Path, writable: bool) -> SetupResult<Option
     }))
 }
 
+/// Opens a caller-chosen root. Roots were canonicalised when the spec was
+/// parsed, so no component may be a symlink now: one that is was swapped in
+/// since (e.g. by another sandbox that can write a parent directory), and
+/// following it could bind an arbitrary host directory.
+fn open_root(path: &Path, writable: bool) -> SetupResult<Option<Source>> {
+    use nix::fcntl::{OFlag, OpenHow, ResolveFlag, openat2};
+    let how = OpenHow::new()
+        .flags(OFlag::O_PATH | OFlag::O_CLOEXEC)
+        .resolve(ResolveFlag::RESOLVE_NO_SYMLINKS | ResolveFlag::RESOLVE_NO_MAGICLINKS);
+    let fd = match openat2(nix::fcntl::AT_FDCWD, path, how) {
+        Ok(fd) => fd,
+        Err(nix::errno::Errno::ENOSYS) => return open_source(path, path, writable),
+        Err(e) => {
+            return Err((
+                "open root",
+                format!(
+                    "{}: {e} (changed since the spec was parsed?)",
+                    path.display()
+                ),
+            ));
+        }
+    };
+    let meta = stage("stat root", nix::sys::stat::fstat(&fd))?;
+    Ok(Some(Source {
+        fd,
+        target: path.to_path_buf(),
+        writable,
+        is_dir: meta.st_mode & libc::S_IFMT == libc::S_IFDIR,
+    }))
+}
+
 /// Builds the new root on a tmpfs and pivots into it. Returns whether a
 /// fresh procfs was mounted.
 fn build_root(spec: &InitSpec) -> SetupResult<bool> {
@@ -463,10 +509,10 @@ fn build_root(spec: &InitSpec) -> SetupResult<bool> {
     }
     let mut roots: Vec<Source> = Vec::new();
     for w in &spec.writable {
-        roots.extend(open_source(w, w, true)?);
+        roots.extend(open_root(w, true)?);
     }
     for r in &spec.readonly {
-        roots.extend(open_source(r, r, false)?);
+        roots.extend(open_root(r, false)?);
     }
     let covered = SYSTEM_DIRS
         .iter()
@@ -513,6 +559,31 @@ fn build_root(spec: &InitSpec) -> SetupResult<bool> {
         None::<&str>,
     )
     .is_ok();
+    if proc_mounted {
+        // Kernel tunables and triggers stay read-only even for a workload
+        // whose host uid is 0 (root broker, identity uid map).
+        for entry in PROC_READ_ONLY {
+            let p = proc_dir.join(entry);
+            if p.exists() {
+                let src = p.display().to_string();
+                let bind = MsFlags::MS_BIND | MsFlags::MS_REC;
+                stage(
+                    "bind /proc entry",
+                    mount(Some(src.as_str()), &p, None::<&str>, bind, None::<&str>),
+                )?;
+                let ro = MsFlags::MS_BIND
+                    | MsFlags::MS_REMOUNT
+                    | MsFlags::MS_RDONLY
+                    | MsFlags::MS_NOSUID
+                    | MsFlags::MS_NODEV
+                    | MsFlags::MS_NOEXEC;
+                stage(
+                    "read-only /proc entry",
+                    mount(None::<&str>, &p, None::<&str>, ro, None::<&str>),
+                )?;
+            }
+        }
+    }
 
     // /dev
     let dev = under(Path::new("/dev"));
@@ -777,7 +848,18 @@ fn workload(
     let nnp = nix::sys::prctl::set_no_new_privs().is_ok();
     report.push(Guarantee::new("no_new_privs", nnp, ""));
 
-    report.push(landlock_rules::apply(landlock));
+    for g in landlock_rules::apply(landlock) {
+        report.push(g);
+    }
+    if report.level == Level::LandlockSeccomp && !report.in_force("signal_scoping") {
+        // Without a PID namespace, only Landlock's signal scoping stops the
+        // workload from signalling the broker and every other process of
+        // the same user. Refuse rather than run that exposed.
+        return status.fail(
+            "fallback",
+            "the landlock fallback needs Landlock ABI 6 signal scoping, which this kernel lacks; enable user namespaces (see README)",
+        );
+    }
 
     let seccomp_ok = match seccomp {
         Some(p) => match seccomp_policy::install(p) {
@@ -925,7 +1007,16 @@ fn fallback(spec: InitSpec, mut status: Status, exe: OwnedFd, notes: Vec<Guarant
             for sig in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP] {
                 sys::on_signal(sig, forward_signal);
             }
-            let exit = reap_until(child, || {});
+            // The broker's "grace is over": without a PID namespace or a
+            // cgroup, only this subreaper can find every descendant, so it
+            // does the killing itself rather than being killed first.
+            sys::on_signal(KILL_ALL, note_signal);
+            let exit = reap_until(child, || {
+                if PENDING_SIGNAL.swap(0, Ordering::SeqCst) == KILL_ALL as i32 {
+                    let _ = kill(child, Signal::SIGKILL);
+                    kill_descendants();
+                }
+            });
             kill_descendants();
             status.send(&exit);
             0

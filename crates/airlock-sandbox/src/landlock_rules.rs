@@ -40,21 +40,39 @@ pub struct LandlockPaths {
 
 /// Applies the ruleset to the calling thread and reports what is in force.
 /// `no_new_privs` must be set by the caller first.
-pub fn apply(paths: &LandlockPaths) -> Guarantee {
+/// Returns the `landlock` guarantee and `signal_scoping` (ABI 6), which
+/// best-effort mode drops silently on older kernels and which the fallback
+/// level cannot do without.
+pub fn apply(paths: &LandlockPaths) -> Vec<Guarantee> {
     match try_apply(paths) {
-        Ok((status, abi)) => {
+        Ok((status, abi, abi_num)) => {
             let detail = match status {
                 RulesetStatus::FullyEnforced => format!("abi {abi}, fully enforced"),
                 RulesetStatus::PartiallyEnforced => format!("abi {abi}, partially enforced"),
                 RulesetStatus::NotEnforced => "not supported by this kernel".to_string(),
             };
-            Guarantee::new("landlock", status != RulesetStatus::NotEnforced, detail)
+            let enforced = status != RulesetStatus::NotEnforced;
+            let scoped = enforced && abi_num >= 6;
+            let scope_detail = if scoped {
+                "signals and abstract sockets scoped to the sandbox"
+            } else {
+                "needs landlock abi 6"
+            };
+            vec![
+                Guarantee::new("landlock", enforced, detail),
+                Guarantee::new("signal_scoping", scoped, scope_detail),
+            ]
         }
-        Err(e) => Guarantee::new("landlock", false, format!("failed: {e}")),
+        Err(e) => vec![
+            Guarantee::new("landlock", false, format!("failed: {e}")),
+            Guarantee::new("signal_scoping", false, "landlock failed"),
+        ],
     }
 }
 
-fn try_apply(paths: &LandlockPaths) -> Result<(RulesetStatus, String), landlock::RulesetError> {
+fn try_apply(
+    paths: &LandlockPaths,
+) -> Result<(RulesetStatus, String, i32), landlock::RulesetError> {
     let abi = TARGET_ABI;
     let mut ruleset = landlock::Ruleset::default()
         .set_compatibility(CompatLevel::BestEffort)
@@ -78,16 +96,19 @@ fn try_apply(paths: &LandlockPaths) -> Result<(RulesetStatus, String), landlock:
             AccessFs::from_all(abi),
         ))?
         .restrict_self()?;
-    let abi = match status.landlock {
+    let (abi, num) = match status.landlock {
         LandlockStatus::Available {
             effective_abi,
             kernel_abi,
         } => match kernel_abi {
-            Some(k) => format!("{k} (used {effective_abi:?})"),
-            None => format!("{}", effective_abi as i32),
+            Some(k) => (
+                format!("{k} (used {effective_abi:?})"),
+                effective_abi as i32,
+            ),
+            None => (format!("{}", effective_abi as i32), effective_abi as i32),
         },
-        LandlockStatus::NotEnabled => "not enabled".to_string(),
-        LandlockStatus::NotImplemented => "not implemented".to_string(),
+        LandlockStatus::NotEnabled => ("not enabled".to_string(), 0),
+        LandlockStatus::NotImplemented => ("not implemented".to_string(), 0),
     };
-    Ok((status.ruleset, abi))
+    Ok((status.ruleset, abi, num))
 }

@@ -100,18 +100,80 @@ pub enum SpecError {
     CwdOutsideRoots(PathBuf),
     #[error("timeout must be between 1 ms and 7 days")]
     BadTimeout,
+    #[error("{0} is larger than the supported maximum")]
+    TooLarge(&'static str),
     #[error("{0} limit must be greater than zero")]
     ZeroLimit(&'static str),
     #[error(transparent)]
     Env(#[from] EnvError),
 }
 
-/// Directories that may never be a writable or read-only root: binding them
-/// would hand the workload the host's state or the platform's secrets.
-const FORBIDDEN_ROOTS: &[&str] = &[
-    "/", "/proc", "/sys", "/dev", "/run", "/var/run", "/etc", "/boot", "/root", "/home", "/usr",
-    "/var", "/bin", "/sbin", "/lib", "/lib64",
+/// Host trees a root may never be inside of, equal to, or an ancestor of:
+/// binding them would hand the workload the host's state or the platform's
+/// secrets.
+const FORBIDDEN_TREES: &[&str] = &[
+    "/etc",
+    "/proc",
+    "/sys",
+    "/dev",
+    "/run",
+    "/var/run",
+    "/boot",
+    "/root",
+    "/usr",
+    "/bin",
+    "/sbin",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/libx32",
+    "/var/lib",
+    "/var/log",
+    "/var/spool",
+    "/var/mail",
+    "/var/cache",
+    "/var/backups",
+    "/snap",
 ];
+
+/// Directories that may not be a root themselves (their subdirectories may):
+/// `/tmp` is where the sandbox builds its root, `/home` holds every user.
+const FORBIDDEN_EXACT: &[&str] = &["/", "/tmp", "/home", "/var", "/var/tmp", "/mnt", "/media"];
+
+/// Why `root` may not be bound into a sandbox, if it may not. `home` is the
+/// invoking user's home directory: the directory itself and its dot-entries
+/// (`.ssh`, `.aws`, `.config`, …) are refused, project folders are not.
+pub fn forbidden_root(root: &Path, home: Option<&Path>) -> bool {
+    if FORBIDDEN_EXACT.iter().any(|f| root == Path::new(f)) {
+        return true;
+    }
+    let trees = FORBIDDEN_TREES.iter().map(Path::new);
+    if trees
+        .clone()
+        .any(|t| root.starts_with(t) || t.starts_with(root))
+    {
+        return true;
+    }
+    if let Some(home) = home.filter(|h| h.is_absolute() && *h != Path::new("/")) {
+        if home.starts_with(root) {
+            return true;
+        }
+        if let Ok(rest) = root.strip_prefix(home)
+            && rest
+                .components()
+                .next()
+                .is_some_and(|c| c.as_os_str().to_string_lossy().starts_with('.'))
+        {
+            return true;
+        }
+    }
+    false
+}
+
+pub const MAX_GRACE: Duration = Duration::from_secs(3600);
+pub const MAX_MILLICORES: u64 = 1_024_000;
+pub const MAX_BYTES: u64 = 1 << 50;
+pub const MAX_PIDS: u64 = 1 << 22;
 
 impl SandboxSpec {
     pub fn parse(req: SandboxRequest) -> Result<Self, SpecError> {
@@ -137,6 +199,25 @@ impl SandboxSpec {
                 .cloned()
                 .unwrap_or_else(|| PathBuf::from("/tmp")),
         };
+        let grace = req.grace.unwrap_or(DEFAULT_GRACE);
+        if grace > MAX_GRACE {
+            return Err(SpecError::TooLarge("grace period"));
+        }
+        let l = &req.limits;
+        let too_large = [
+            ("memory", l.memory_bytes, MAX_BYTES),
+            ("pids", l.pids, MAX_PIDS),
+            ("cpu", l.cpu_millicores, MAX_MILLICORES),
+            ("nofile", l.nofile, 1 << 20),
+            ("file size", l.file_size_bytes, MAX_BYTES),
+            ("tmp size", l.tmp_bytes, MAX_BYTES),
+        ];
+        if let Some((name, _, _)) = too_large
+            .iter()
+            .find(|(_, v, max)| v.is_some_and(|v| v > *max))
+        {
+            return Err(SpecError::TooLarge(name));
+        }
         let timeout = req.timeout.unwrap_or(DEFAULT_TIMEOUT);
         if timeout.is_zero() || timeout > MAX_TIMEOUT {
             return Err(SpecError::BadTimeout);
@@ -162,7 +243,7 @@ impl SandboxSpec {
             declared_env: env::parse_declared(&req.env)?,
             platform_env: BTreeMap::new(),
             timeout,
-            grace: req.grace.unwrap_or(DEFAULT_GRACE),
+            grace,
             limits,
             output_budget: req.output_budget.unwrap_or(DEFAULT_OUTPUT_BUDGET),
             driver: req.driver,
@@ -219,15 +300,12 @@ fn canonical_dir(what: &'static str, p: &Path) -> Result<PathBuf, SpecError> {
 }
 
 fn canonical_roots(what: &'static str, roots: &[PathBuf]) -> Result<Vec<PathBuf>, SpecError> {
+    let home = std::env::var_os("HOME").map(PathBuf::from);
+    let home = home.as_deref().and_then(|h| h.canonicalize().ok());
     let mut out = Vec::new();
     for r in roots {
         let c = canonical_dir(what, r)?;
-        if FORBIDDEN_ROOTS.iter().any(|f| c == Path::new(f))
-            || c.starts_with("/proc")
-            || c.starts_with("/sys")
-            || c.starts_with("/dev")
-            || c.starts_with("/run")
-        {
+        if forbidden_root(&c, home.as_deref()) {
             return Err(SpecError::Forbidden {
                 what,
                 path: r.clone(),
@@ -276,7 +354,19 @@ mod tests {
 
     #[test]
     fn sbx_5_system_directories_cannot_be_roots() {
-        for root in ["/", "/etc", "/proc/self", "/run", "/home", "/usr"] {
+        for root in [
+            "/",
+            "/etc",
+            "/etc/ssh",
+            "/proc/self",
+            "/run",
+            "/home",
+            "/usr",
+            "/tmp",
+            "/var",
+            "/root",
+            "/var/lib",
+        ] {
             let mut r = req(&["true"]);
             r.writable = vec![PathBuf::from(root)];
             assert!(
@@ -284,6 +374,44 @@ mod tests {
                 "{root}"
             );
         }
+    }
+
+    #[test]
+    fn sbx_5_home_and_its_dot_directories_are_refused_but_projects_pass() {
+        let home = Path::new("/home/alice");
+        for bad in [
+            "/home/alice",
+            "/home/alice/.ssh",
+            "/home/alice/.config/gh",
+            "/home",
+            "/root/.cargo",
+            "/var/lib/postgresql",
+        ] {
+            assert!(forbidden_root(Path::new(bad), Some(home)), "{bad}");
+        }
+        for ok in [
+            "/home/alice/src/project",
+            "/home/bob/shared",
+            "/tmp/work",
+            "/data/jobs",
+            "/var/tmp/x",
+            "/opt/tool",
+        ] {
+            assert!(!forbidden_root(Path::new(ok), Some(home)), "{ok}");
+        }
+    }
+
+    #[test]
+    fn sbx_1_huge_limits_are_refused() {
+        let mut r = req(&["true"]);
+        r.grace = Some(Duration::from_secs(100_000));
+        assert!(matches!(SandboxSpec::parse(r), Err(SpecError::TooLarge(_))));
+        let mut r = req(&["true"]);
+        r.limits.cpu_millicores = Some(u64::MAX);
+        assert!(matches!(
+            SandboxSpec::parse(r),
+            Err(SpecError::TooLarge("cpu"))
+        ));
     }
 
     #[test]

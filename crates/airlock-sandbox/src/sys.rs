@@ -299,3 +299,36 @@ pub(crate) fn is_script(fd: RawFd) -> bool {
     let n = unsafe { libc::pread(fd, buf.as_mut_ptr().cast(), 2, 0) };
     n == 2 && &buf == b"#!"
 }
+
+/// A descriptor for process `pid` (`pidfd_open`): signals sent through it
+/// can never reach another process that reused the number.
+pub(crate) fn pidfd_open(pid: u32) -> Option<OwnedFd> {
+    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::c_int, 0) };
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: a fresh descriptor returned by the kernel, owned by nobody else.
+    Some(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+/// Sends `sig` through a pidfd; a process that already exited is not an error.
+pub(crate) fn pidfd_signal(fd: &OwnedFd, sig: nix::sys::signal::Signal) {
+    // SAFETY: pidfd_send_signal with a valid pidfd, a signal number and no siginfo.
+    unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            fd.as_raw_fd(),
+            sig as libc::c_int,
+            std::ptr::null::<libc::siginfo_t>(),
+            0,
+        );
+    }
+}
+
+/// Marks every inherited descriptor from 3 up close-on-exec; for `pre_exec`
+/// (close_range is async-signal-safe).
+pub(crate) fn cloexec_inherited() -> std::io::Result<()> {
+    cloexec_from_3();
+    Ok(())
+}

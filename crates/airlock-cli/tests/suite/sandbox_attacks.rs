@@ -483,3 +483,59 @@ fn sbx_3_fallback_level_denies_network_and_host_files(who: Who) {
     assert!(c.stdout().contains("unix:connected"), "{c:?}");
 }
 both_users!(sbx_3_fallback_level_denies_network_and_host_files);
+
+fn sbx_4_fallback_timeout_kills_daemons_that_ignore_sigterm(who: Who) {
+    let marker = format!(
+        "{}.{}",
+        4000 + std::process::id() % 1000,
+        u8::from(who == Who::Invoker)
+    );
+    let r = exec_sh(
+        who,
+        &["--driver", "landlock", "--timeout", "2", "--grace", "1"],
+        &format!("trap '' TERM; setsid sleep {marker} & sleep 100"),
+    );
+    assert_eq!(r.json["timed_out"], true, "{r:?}");
+    assert_eq!(r.level(), "landlock_seccomp");
+    assert_eq!(
+        count_processes_with(&format!("sleep {marker}")),
+        0,
+        "a daemon outlived the fallback sandbox"
+    );
+}
+both_users!(sbx_4_fallback_timeout_kills_daemons_that_ignore_sigterm);
+
+fn sbx_5_workload_holds_only_stdio_descriptors(who: Who) {
+    let r = exec(
+        who,
+        &[],
+        &[
+            "/usr/bin/python3",
+            "-c",
+            "import os; print(sorted(os.listdir('/proc/self/fd')))",
+        ],
+    );
+    // 0-2 plus the descriptor listdir itself holds open.
+    assert_eq!(r.stdout().trim(), "['0', '1', '2', '3']", "{r:?}");
+}
+both_users!(sbx_5_workload_holds_only_stdio_descriptors);
+
+fn sbx_3_proc_sys_is_read_only_mounted(who: Who) {
+    let r = exec_sh(
+        who,
+        &[],
+        "awk '$5 == \"/proc/sys\" { print $6 }' /proc/self/mountinfo",
+    );
+    assert!(
+        r.stdout().trim().starts_with("ro"),
+        "/proc/sys must be a read-only mount: {r:?}"
+    );
+    // Positive control: /proc itself is a separate, read-write mount.
+    let c = exec_sh(
+        who,
+        &[],
+        "awk '$5 == \"/proc\" { print $6 }' /proc/self/mountinfo",
+    );
+    assert!(c.stdout().trim().starts_with("rw"), "{c:?}");
+}
+both_users!(sbx_3_proc_sys_is_read_only_mounted);
