@@ -1,6 +1,7 @@
 //! The `airlock` binary: parses the command line, wires the libraries
 //! together and renders results. No business logic lives here.
 
+mod proxy_cmd;
 mod sandbox_cmd;
 
 use std::process::ExitCode;
@@ -23,6 +24,8 @@ enum Command {
         #[command(subcommand)]
         command: sandbox_cmd::SandboxCommand,
     },
+    /// Run the egress proxy standalone, or check URLs against a policy.
+    Proxy(proxy_cmd::ProxyArgs),
 }
 
 fn main() -> ExitCode {
@@ -55,5 +58,6 @@ fn main() -> ExitCode {
     };
     match cli.command {
         Command::Sandbox { command } => sandbox_cmd::run(command),
+        Command::Proxy(args) => proxy_cmd::run(args),
     }
 }

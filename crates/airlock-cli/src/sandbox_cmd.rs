@@ -75,6 +75,13 @@ pub struct ExecArgs {
     /// Sandbox driver.
     #[arg(long, value_enum, default_value = "auto")]
     driver: DriverArg,
+    /// Egress policy file (TOML: allow rules, hosts map, channels, limits);
+    /// `--allow` rules are added to it. Also `AIRLOCK_EGRESS_POLICY`.
+    #[arg(long, value_name = "FILE", env = "AIRLOCK_EGRESS_POLICY")]
+    egress_policy: Option<PathBuf>,
+    /// Write one JSON line per egress decision and closed connection here.
+    #[arg(long, value_name = "FILE")]
+    egress_log: Option<PathBuf>,
     /// Print exactly one JSON object on stdout instead of passing output through.
     #[arg(long)]
     json: bool,
@@ -108,13 +115,6 @@ fn secs(v: f64, what: &str) -> Result<Duration, String> {
 }
 
 fn exec(a: ExecArgs) -> ExitCode {
-    if !a.allow.is_empty() || !a.channel.is_empty() {
-        return fail(
-            a.json,
-            "egress_unavailable",
-            "egress not available: --allow and --channel need the egress proxy, which this build does not have yet; the sandbox has no network",
-        );
-    }
     let timeout = match secs(a.timeout, "--timeout") {
         Ok(t) => t,
         Err(e) => return fail(a.json, "invalid_argument", &e),
@@ -180,17 +180,40 @@ fn exec(a: ExecArgs) -> ExitCode {
             DriverArg::Uncontained => DriverChoice::Uncontained,
         },
         require_containment: a.require_containment,
+        egress: false,
     };
-    let spec = match SandboxSpec::parse(req) {
+    let egress = match egress_setup(&a) {
+        Ok(e) => e,
+        Err(msg) => return fail(a.json, "invalid_argument", &msg),
+    };
+    let req = SandboxRequest {
+        egress: egress.is_some(),
+        ..req
+    };
+    let mut spec = match SandboxSpec::parse(req) {
         Ok(s) => s,
         Err(e) => return fail(a.json, "invalid_argument", &e.to_string()),
     };
+    for ch in &a.channel {
+        let var = format!("AIRLOCK_CHANNEL_{}_URL", ch.to_ascii_uppercase());
+        let url = format!("http://{}{}{ch}", airlock_egress::proxy::SANDBOX_PROXY_ADDR, airlock_egress::proxy::CHANNEL_PREFIX);
+        spec = spec.with_platform_env(&var, &url);
+    }
     if spec.driver() == DriverChoice::Uncontained {
         eprintln!(
             "airlock: warning: driver 'uncontained' runs the command WITHOUT any sandbox (development only)"
         );
     }
-    let result = match Broker::new().run(&spec) {
+    let mut served: Option<airlock_egress::SandboxEgress> = None;
+    let mut hook = |listener: std::net::TcpListener| {
+        if let Some(e) = &egress {
+            let id = format!("sbx-{}", std::process::id());
+            served = e.serve_sandbox(listener, &id, None, airlock_egress::proxy::SANDBOX_PROXY_ADDR).ok();
+        }
+    };
+    let outcome = Broker::new().run_with(&spec, Some(&mut hook));
+    let egress_summary = served.map(|s| s.shutdown()).unwrap_or_default();
+    let result = match outcome {
         Ok(r) => r,
         Err(e) => {
             if a.json
@@ -224,7 +247,7 @@ fn exec(a: ExecArgs) -> ExitCode {
             "limit_hits": result.limit_hits,
             "containment": result.containment,
             "executable": result.executable,
-            "egress": {"allowed": 0, "denied": 0, "bytes_up": 0, "bytes_down": 0},
+            "egress": egress_summary,
         });
         println!("{obj}");
     } else {
@@ -245,4 +268,48 @@ fn exec(a: ExecArgs) -> ExitCode {
         }
     }
     ExitCode::from(u8::try_from(code.clamp(0, 255)).unwrap_or(EXIT_SANDBOX_FAILED as u8))
+}
+
+/// Builds the proxy for `--allow`, `--channel` and `--egress-policy`; `None`
+/// when the sandbox gets no network at all.
+fn egress_setup(a: &ExecArgs) -> Result<Option<airlock_egress::Egress>, String> {
+    use airlock_egress::policy::EnvAndFiles;
+    use airlock_egress::proxy::{LogSink, NullLog, WriterLog};
+    use std::sync::Arc;
+    if a.allow.is_empty() && a.channel.is_empty() && a.egress_policy.is_none() {
+        return Ok(None);
+    }
+    let loaded = match &a.egress_policy {
+        Some(p) => airlock_egress::Policy::load(p, &EnvAndFiles),
+        None => Ok(airlock_egress::Policy::default()),
+    };
+    let policy = match loaded {
+        Ok(mut p) => {
+            for rule in &a.allow {
+                p.add_allow(rule).map_err(|e| format!("--allow {rule:?}: {e}"))?;
+            }
+            for ch in &a.channel {
+                if !p.channels.contains_key(ch) {
+                    return Err(format!("channel {ch:?} is not configured in the egress policy (--egress-policy)"));
+                }
+            }
+            // Only the channels this sandbox asked for are reachable from it.
+            p.channels.retain(|name, _| a.channel.contains(name));
+            Ok(p)
+        }
+        Err(e) => {
+            eprintln!("airlock: warning: no_policy: {e}; the sandbox's egress denies everything");
+            Err(e)
+        }
+    };
+    let log: Arc<dyn LogSink> = match &a.egress_log {
+        Some(path) => {
+            let f = std::fs::File::create(path).map_err(|e| format!("--egress-log {}: {e}", path.display()))?;
+            Arc::new(WriterLog::new(Box::new(f)))
+        }
+        None => Arc::new(NullLog),
+    };
+    airlock_egress::Egress::new(policy, crate::proxy_cmd::resolver(), log)
+        .map(Some)
+        .map_err(|e| format!("cannot start the egress proxy: {e}"))
 }

@@ -29,7 +29,11 @@ use crate::output::{Captured, drain};
 use crate::report::{ContainmentReport, Guarantee, Level};
 use crate::spec::{self, DriverChoice, SandboxSpec};
 use crate::sys;
-use crate::wire::{EXE_FD, InitEvent, InitSpec, Rlimits, SPEC_FD, STATUS_FD};
+use crate::wire::{CONTROL_FD, EGRESS_LISTEN, EXE_FD, InitEvent, InitSpec, Rlimits, SPEC_FD, STATUS_FD};
+
+/// Receives the sandbox's egress listener (NET-1), called once, before the
+/// workload starts, on the broker's thread. The trusted side serves it.
+pub type EgressHook<'a> = &'a mut dyn FnMut(std::net::TcpListener);
 
 /// The result record of one launch (SBX-1).
 #[derive(Debug, Clone, Serialize)]
@@ -125,19 +129,40 @@ impl Broker {
 
     /// Runs one workload to completion.
     pub fn run(&self, spec: &SandboxSpec) -> Result<RunResult, LaunchError> {
+        self.run_with(spec, None)
+    }
+
+    /// Runs one workload; when the spec asks for egress, `on_listener`
+    /// receives the sandbox's listener before the workload starts.
+    pub fn run_with(
+        &self,
+        spec: &SandboxSpec,
+        on_listener: Option<EgressHook<'_>>,
+    ) -> Result<RunResult, LaunchError> {
         let start = Instant::now();
         let deadline = start + spec.timeout;
-        let env = env::build(&spec.declared_env, &spec.platform_env, |n| {
-            std::env::var(n).ok()
-        });
+        let mut platform = spec.platform_env.clone();
+        if spec.egress {
+            let url = format!("http://{EGRESS_LISTEN}");
+            for name in ["HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"] {
+                platform.insert(name.to_string(), url.clone());
+            }
+            platform.insert("NO_PROXY".into(), String::new());
+            platform.insert("no_proxy".into(), String::new());
+        }
+        let env = env::build(&spec.declared_env, &platform, |n| std::env::var(n).ok());
         let search = env
             .get("PATH")
             .map(String::as_str)
             .unwrap_or(env::SANDBOX_PATH);
         let exe = ResolvedExecutable::resolve(&spec.argv[0], search, &spec.cwd)?;
         match spec.driver {
+            DriverChoice::Uncontained if spec.egress => Err(LaunchError::Setup {
+                stage: "egress".into(),
+                error: "the uncontained driver has the host's network; egress policy cannot be enforced".into(),
+            }),
             DriverChoice::Uncontained => run_uncontained(spec, env, exe, start, deadline),
-            _ => self.run_contained(spec, env, exe, start, deadline),
+            _ => self.run_contained(spec, env, exe, start, deadline, on_listener),
         }
     }
 
@@ -148,6 +173,7 @@ impl Broker {
         exe: ResolvedExecutable,
         start: Instant,
         deadline: Instant,
+        mut on_listener: Option<EgressHook<'_>>,
     ) -> Result<RunResult, LaunchError> {
         let level = match spec.driver {
             DriverChoice::Landlock => Level::LandlockSeccomp,
@@ -224,6 +250,7 @@ impl Broker {
             require_containment: spec.require_containment,
             required_extra,
             base_guarantees: base,
+            egress: spec.egress,
         };
         let payload = serde_json::to_vec(&init).map_err(std::io::Error::other)?;
 
@@ -240,16 +267,22 @@ impl Broker {
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
+        let (control_ours, control_theirs) = std::os::unix::net::UnixStream::pair()?;
+        let control_theirs = high_fd(OwnedFd::from(control_theirs))?;
+        let control_src = if spec.egress { control_theirs.as_raw_fd() } else { -1 };
         let fds = [
             (spec_r.as_raw_fd(), SPEC_FD),
             (status_w.as_raw_fd(), STATUS_FD),
             (exe_fd.as_raw_fd(), EXE_FD),
+            (control_src, CONTROL_FD),
         ];
         sys::set_pre_exec(&mut cmd, move || {
             // Descriptors the broker itself inherited stay out of the sandbox.
             sys::cloexec_inherited()?;
             for (src, dst) in fds {
-                sys::dup_onto(src, dst)?;
+                if src >= 0 {
+                    sys::dup_onto(src, dst)?;
+                }
             }
             sys::die_with_parent()
         });
@@ -261,6 +294,7 @@ impl Broker {
         drop(spec_r);
         drop(status_w);
         drop(exe_fd);
+        drop(control_theirs);
         let child_pid = child.id();
         let pidfd = sys::pidfd_open(child_pid);
         let signal = |sig: Signal| match &pidfd {
@@ -287,6 +321,18 @@ impl Broker {
             // A failed write means the init died; its status tells why.
             let _ = w.write_all(&payload);
         }
+        if spec.egress {
+            // The init sends the listener before it starts the workload, or
+            // closes the socket when set-up fails (its status says why).
+            let wait = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
+            let _ = control_ours.set_read_timeout(Some(wait));
+            if let Ok(Some(fd)) = sys::recv_fd(control_ours.as_raw_fd())
+                && let Some(hook) = on_listener.as_mut()
+            {
+                hook(std::net::TcpListener::from(fd));
+            }
+        }
+        drop(control_ours);
 
         let budget = spec.output_budget;
         let out = child.stdout.take();

@@ -36,7 +36,7 @@ use crate::landlock_rules::{self, LandlockPaths};
 use crate::report::{ContainmentReport, Driver, Guarantee, Level};
 use crate::seccomp_policy::{self, SocketPolicy};
 use crate::sys;
-use crate::wire::{EXE_FD, InitEvent, InitSpec, SPEC_FD, STATUS_FD};
+use crate::wire::{CONTROL_FD, EGRESS_LISTEN, EXE_FD, InitEvent, InitSpec, SPEC_FD, STATUS_FD};
 
 /// Uid and gid of the workload inside its user namespace.
 pub const SANDBOX_UID: u32 = 1000;
@@ -293,6 +293,29 @@ fn pid_one(
     let _ = nix::unistd::sethostname("airlock");
     if let Err(e) = sys::loopback_up() {
         return status.fail("loopback", e);
+    }
+    if spec.egress {
+        // NET-1: the listener lives in this empty network namespace, so it
+        // is reachable from the sandbox and from nowhere else; the trusted
+        // proxy holds the only other reference and identifies the sandbox
+        // by it.
+        let Some(control) = sys::inherited_fd(CONTROL_FD) else {
+            return status.fail("egress", "missing control socket");
+        };
+        let listener = match std::net::TcpListener::bind(EGRESS_LISTEN) {
+            Ok(l) => l,
+            Err(e) => return status.fail("egress listener", e),
+        };
+        if let Err(e) = sys::send_fd(control.as_raw_fd(), listener.as_raw_fd()) {
+            return status.fail("egress handover", e);
+        }
+        drop(listener);
+        drop(control);
+        report.push(Guarantee::new(
+            "egress_proxy",
+            true,
+            format!("only path out: per-sandbox listener {EGRESS_LISTEN} served by the trusted proxy"),
+        ));
     }
 
     let landlock = LandlockPaths {
@@ -931,6 +954,14 @@ fn workload(
 /// seccomp refuses every network socket, and this process becomes a child
 /// subreaper so that it can kill every descendant when the workload ends.
 fn fallback(spec: InitSpec, mut status: Status, exe: OwnedFd, notes: Vec<Guarantee>) -> i32 {
+    if spec.egress {
+        // Without a network namespace there is no private loopback for a
+        // listener, and every socket is refused here: fail closed.
+        return status.fail(
+            "egress",
+            "egress needs the namespaces level (user namespaces are unavailable on this host)",
+        );
+    }
     let mut report = ContainmentReport {
         driver: Driver::Landlock,
         level: Level::LandlockSeccomp,

@@ -64,6 +64,9 @@ pub struct SandboxRequest {
     pub output_budget: Option<usize>,
     pub driver: DriverChoice,
     pub require_containment: bool,
+    /// Give the sandbox its egress listener and proxy variables (NET-1).
+    /// Without it the sandbox has no network at all.
+    pub egress: bool,
 }
 
 /// A request that passed every check. Built only by [`SandboxSpec::parse`].
@@ -81,6 +84,7 @@ pub struct SandboxSpec {
     pub(crate) output_budget: usize,
     pub(crate) driver: DriverChoice,
     pub(crate) require_containment: bool,
+    pub(crate) egress: bool,
 }
 
 /// Why a request was refused. Each message names the offending part.
@@ -248,6 +252,7 @@ impl SandboxSpec {
             output_budget: req.output_budget.unwrap_or(DEFAULT_OUTPUT_BUDGET),
             driver: req.driver,
             require_containment: req.require_containment,
+            egress: req.egress,
         })
     }
 
@@ -276,6 +281,9 @@ impl SandboxSpec {
     }
     pub fn driver(&self) -> DriverChoice {
         self.driver
+    }
+    pub fn egress(&self) -> bool {
+        self.egress
     }
 }
 

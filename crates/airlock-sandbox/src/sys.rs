@@ -332,3 +332,35 @@ pub(crate) fn cloexec_inherited() -> std::io::Result<()> {
     cloexec_from_3();
     Ok(())
 }
+
+/// Sends one descriptor over a Unix socket (SCM_RIGHTS).
+pub(crate) fn send_fd(socket: RawFd, fd: RawFd) -> Result<(), Errno> {
+    use nix::sys::socket::{ControlMessage, MsgFlags, sendmsg};
+    let fds = [fd];
+    let cmsg = [ControlMessage::ScmRights(&fds)];
+    let iov = [std::io::IoSlice::new(b"L")];
+    sendmsg::<()>(socket, &iov, &cmsg, MsgFlags::empty(), None).map(|_| ())
+}
+
+/// Receives one descriptor sent with [`send_fd`]; `None` on end of file.
+pub(crate) fn recv_fd(socket: RawFd) -> Result<Option<OwnedFd>, Errno> {
+    use nix::sys::socket::{ControlMessageOwned, MsgFlags, recvmsg};
+    let mut buf = [0u8; 1];
+    let mut iov = [std::io::IoSliceMut::new(&mut buf)];
+    let mut space = nix::cmsg_space!([RawFd; 1]);
+    let msg = recvmsg::<()>(socket, &mut iov, Some(&mut space), MsgFlags::MSG_CMSG_CLOEXEC)?;
+    let mut received = None;
+    for c in msg.cmsgs()? {
+        if let ControlMessageOwned::ScmRights(fds) = c {
+            for fd in fds {
+                // SAFETY: the kernel just installed this descriptor in our
+                // table for us (SCM_RIGHTS); nothing else owns it.
+                let owned = unsafe { OwnedFd::from_raw_fd(fd) };
+                if received.is_none() {
+                    received = Some(owned);
+                }
+            }
+        }
+    }
+    Ok(received)
+}

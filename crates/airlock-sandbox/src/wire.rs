@@ -17,6 +17,12 @@ use crate::report::{ContainmentReport, Guarantee, Level};
 pub(crate) const SPEC_FD: i32 = 3;
 pub(crate) const STATUS_FD: i32 = 4;
 pub(crate) const EXE_FD: i32 = 5;
+/// A Unix socket on which PID 1 hands the egress listener to the broker.
+pub(crate) const CONTROL_FD: i32 = 6;
+
+/// Where the per-sandbox egress listener is bound inside the sandbox's own
+/// network namespace.
+pub const EGRESS_LISTEN: std::net::SocketAddrV4 = std::net::SocketAddrV4::new(std::net::Ipv4Addr::LOCALHOST, 3128);
 
 /// Resource limits applied with `setrlimit` inside.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -54,6 +60,8 @@ pub(crate) struct InitSpec {
     pub required_extra: Vec<String>,
     /// Guarantees established by the broker (cgroup limits).
     pub base_guarantees: Vec<Guarantee>,
+    /// Create the egress listener and hand it over on [`CONTROL_FD`].
+    pub egress: bool,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

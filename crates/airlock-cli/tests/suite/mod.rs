@@ -1,4 +1,6 @@
+mod egress;
 mod sandbox_attacks;
 mod sandbox_cli;
 mod support;
 mod tidy;
+mod upstream;

@@ -203,12 +203,16 @@ fn sbx_7_bad_input_is_one_clear_line_and_exit_125(who: Who) {
             "timeout",
         ),
         (
-            vec!["sandbox", "exec", "--allow", "example.com", "--", "true"],
-            "egress not available",
+            vec!["sandbox", "exec", "--allow", "*", "--", "true"],
+            "every host",
+        ),
+        (
+            vec!["sandbox", "exec", "--allow", "*.com", "--", "true"],
+            "top-level domain",
         ),
         (
             vec!["sandbox", "exec", "--channel", "openai", "--", "true"],
-            "egress not available",
+            "not configured",
         ),
         (
             vec!["sandbox", "exec", "--", data],

@@ -1,0 +1,816 @@
+//! The proxy server: one accept loop per sandbox listener (NET-1), CONNECT
+//! tunnels and plain-HTTP forwarding through the decision pipeline, and
+//! credential channels (NET-6), with limits and one JSON line per decision
+//! and per closed connection (NET-7).
+
+use std::convert::Infallible;
+use std::io::Write;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, header};
+use http_body_util::{BodyExt, Full, combinators::BoxBody};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use serde::Serialize;
+use serde_json::json;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use crate::authority::{self, Authority, Host};
+use crate::decide::{self, Decision, Mode, host_string};
+use crate::policy::{Channel, Limits, Policy, PolicyError};
+use crate::resolve::Resolve;
+
+/// Header carrying the machine-readable reason of a refusal.
+pub const REASON_HEADER: &str = "x-airlock-reason";
+/// Where the sandbox finds its proxy (its own loopback, its own listener).
+pub const SANDBOX_PROXY_ADDR: &str = "127.0.0.1:3128";
+/// Path prefix of credential channels on the proxy.
+pub const CHANNEL_PREFIX: &str = "/channels/";
+
+type Body = BoxBody<Bytes, hyper::Error>;
+
+/// Where decision and connection lines go.
+pub trait LogSink: Send + Sync {
+    fn line(&self, v: serde_json::Value);
+}
+
+/// Discards lines.
+#[derive(Debug, Default)]
+pub struct NullLog;
+impl LogSink for NullLog {
+    fn line(&self, _: serde_json::Value) {}
+}
+
+/// Keeps lines in memory (tests, and the `egress` field of results).
+#[derive(Debug, Default)]
+pub struct MemoryLog(Mutex<Vec<serde_json::Value>>);
+impl MemoryLog {
+    pub fn lines(&self) -> Vec<serde_json::Value> {
+        self.0.lock().map(|l| l.clone()).unwrap_or_default()
+    }
+}
+impl LogSink for MemoryLog {
+    fn line(&self, v: serde_json::Value) {
+        if let Ok(mut l) = self.0.lock() {
+            l.push(v);
+        }
+    }
+}
+
+/// Writes one JSON line per event to a writer (a file, stdout, stderr).
+pub struct WriterLog(Mutex<Box<dyn Write + Send>>);
+impl WriterLog {
+    pub fn new(w: Box<dyn Write + Send>) -> Self {
+        Self(Mutex::new(w))
+    }
+}
+impl std::fmt::Debug for WriterLog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("WriterLog")
+    }
+}
+impl LogSink for WriterLog {
+    fn line(&self, v: serde_json::Value) {
+        if let Ok(mut w) = self.0.lock() {
+            let _ = writeln!(w, "{v}");
+            let _ = w.flush();
+        }
+    }
+}
+
+/// Per-sandbox totals (the `egress` field of a result).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct EgressSummary {
+    pub allowed: u64,
+    pub denied: u64,
+    pub bytes_up: u64,
+    pub bytes_down: u64,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    allowed: AtomicU64,
+    denied: AtomicU64,
+    bytes_up: AtomicU64,
+    bytes_down: AtomicU64,
+    tunnels: AtomicUsize,
+    window: Mutex<(Option<Instant>, u32)>,
+}
+
+impl Counters {
+    fn summary(&self) -> EgressSummary {
+        EgressSummary {
+            allowed: self.allowed.load(Ordering::Relaxed),
+            denied: self.denied.load(Ordering::Relaxed),
+            bytes_up: self.bytes_up.load(Ordering::Relaxed),
+            bytes_down: self.bytes_down.load(Ordering::Relaxed),
+        }
+    }
+    fn total_bytes(&self) -> u64 {
+        self.bytes_up.load(Ordering::Relaxed) + self.bytes_down.load(Ordering::Relaxed)
+    }
+    /// A one-second window rate limit.
+    fn admit(&self, per_second: u32) -> bool {
+        let Ok(mut w) = self.window.lock() else { return false };
+        let now = Instant::now();
+        match w.0 {
+            Some(start) if now.duration_since(start) < Duration::from_secs(1) => {
+                w.1 += 1;
+                w.1 <= per_second
+            }
+            _ => {
+                *w = (Some(now), 1);
+                true
+            }
+        }
+    }
+}
+
+struct Shared {
+    policy: Option<Policy>,
+    resolver: Arc<dyn Resolve>,
+    tls: tokio_rustls::TlsConnector,
+    log: Arc<dyn LogSink>,
+}
+
+struct Ctx {
+    shared: Arc<Shared>,
+    counters: Arc<Counters>,
+    sandbox: String,
+    run: Option<String>,
+    /// The authority under which clients reach this listener.
+    self_authority: String,
+}
+
+impl Ctx {
+    fn limits(&self) -> Limits {
+        self.shared.policy.as_ref().map(|p| p.limits.clone()).unwrap_or_default()
+    }
+    fn log(&self, mut v: serde_json::Value) {
+        if let Some(o) = v.as_object_mut() {
+            o.insert("sandbox".into(), json!(self.sandbox));
+            if let Some(r) = &self.run {
+                o.insert("run".into(), json!(r));
+            }
+        }
+        self.shared.log.line(v);
+    }
+    fn record(&self, d: &Decision, kind: &str) {
+        if d.allow {
+            self.counters.allowed.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.counters.denied.fetch_add(1, Ordering::Relaxed);
+        }
+        self.log(json!({
+            "event": "egress_decision",
+            "kind": kind,
+            "host": d.host,
+            "port": d.port,
+            "resolved": d.resolved,
+            "rule": d.rule,
+            "decision": if d.allow { "allow" } else { "deny" },
+            "reason": d.reason,
+        }));
+    }
+}
+
+/// The proxy runtime: shared by every sandbox of this process.
+pub struct Egress {
+    rt: tokio::runtime::Runtime,
+    shared: Arc<Shared>,
+    policy_error: Option<String>,
+}
+
+impl std::fmt::Debug for Egress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Egress").field("policy_error", &self.policy_error).finish()
+    }
+}
+
+/// A running per-sandbox listener.
+#[derive(Debug)]
+pub struct SandboxEgress {
+    counters: Arc<Counters>,
+    stop: Arc<tokio::sync::Notify>,
+}
+
+impl SandboxEgress {
+    pub fn summary(&self) -> EgressSummary {
+        self.counters.summary()
+    }
+    /// Stops accepting and returns the totals.
+    pub fn shutdown(self) -> EgressSummary {
+        self.stop.notify_waiters();
+        self.stop.notify_one();
+        self.counters.summary()
+    }
+}
+
+fn tls_connector() -> tokio_rustls::TlsConnector {
+    let mut roots = rustls::RootCertStore::empty();
+    let found = rustls_native_certs::load_native_certs();
+    roots.add_parsable_certificates(found.certs);
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map(|b| b.with_root_certificates(roots).with_no_client_auth());
+    let mut config = match config {
+        Ok(c) => c,
+        // The ring provider supports the default versions; if that ever
+        // changes, an empty root store still fails closed.
+        Err(_) => rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .with_protocol_versions(&[&rustls::version::TLS13])
+            .map(|b| b.with_root_certificates(rustls::RootCertStore::empty()).with_no_client_auth())
+            .unwrap_or_else(|_| unreachable_config()),
+    };
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    tokio_rustls::TlsConnector::from(Arc::new(config))
+}
+
+#[allow(clippy::expect_used)]
+fn unreachable_config() -> rustls::ClientConfig {
+    // TLS 1.3 is always supported by the ring provider (rustls invariant).
+    rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .expect("ring supports TLS 1.3")
+        .with_root_certificates(rustls::RootCertStore::empty())
+        .with_no_client_auth()
+}
+
+impl Egress {
+    /// A proxy runtime. An `Err` policy is kept as "no policy": every
+    /// request is denied with `no_policy` (NET-2).
+    pub fn new(
+        policy: Result<Policy, PolicyError>,
+        resolver: Arc<dyn Resolve>,
+        log: Arc<dyn LogSink>,
+    ) -> std::io::Result<Self> {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("airlock-egress")
+            .enable_all()
+            .build()?;
+        let (policy, policy_error) = match policy {
+            Ok(p) => (Some(p), None),
+            Err(e) => (None, Some(e.to_string())),
+        };
+        Ok(Self {
+            rt,
+            shared: Arc::new(Shared {
+                policy,
+                resolver,
+                tls: tls_connector(),
+                log,
+            }),
+            policy_error,
+        })
+    }
+
+    /// The load error when the proxy is running without a policy.
+    pub fn policy_error(&self) -> Option<&str> {
+        self.policy_error.as_deref()
+    }
+
+    pub fn policy(&self) -> Option<&Policy> {
+        self.shared.policy.as_ref()
+    }
+
+    /// Serves one sandbox's listener until [`SandboxEgress::shutdown`].
+    pub fn serve_sandbox(
+        &self,
+        listener: std::net::TcpListener,
+        sandbox: &str,
+        run: Option<&str>,
+        self_authority: &str,
+    ) -> std::io::Result<SandboxEgress> {
+        listener.set_nonblocking(true)?;
+        let counters = Arc::new(Counters::default());
+        let stop = Arc::new(tokio::sync::Notify::new());
+        let ctx = Arc::new(Ctx {
+            shared: self.shared.clone(),
+            counters: counters.clone(),
+            sandbox: sandbox.to_string(),
+            run: run.map(str::to_string),
+            self_authority: self_authority.to_string(),
+        });
+        let stop2 = stop.clone();
+        let _guard = self.rt.enter();
+        let listener = tokio::net::TcpListener::from_std(listener)?;
+        self.rt.spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = stop2.notified() => break,
+                    r = listener.accept() => match r {
+                        Ok((stream, _)) => {
+                            let ctx = ctx.clone();
+                            tokio::spawn(serve_connection(stream, ctx));
+                        }
+                        Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
+                    }
+                }
+            }
+        });
+        Ok(SandboxEgress { counters, stop })
+    }
+
+    /// Serves a listener in the foreground (`airlock proxy`).
+    pub fn serve_forever(&self, listener: std::net::TcpListener, name: &str) -> std::io::Result<()> {
+        let authority = listener.local_addr()?.to_string();
+        let _s = self.serve_sandbox(listener, name, None, &authority)?;
+        self.rt.block_on(std::future::pending::<()>());
+        Ok(())
+    }
+
+    /// `airlock proxy check`: the decision for a URL, without connecting.
+    pub fn check(&self, url: &str, resolve: bool) -> serde_json::Value {
+        let shared = self.shared.clone();
+        let d = self.rt.block_on(async move {
+            let Some(policy) = shared.policy.as_ref() else {
+                return decide::decide_raw(None, shared.resolver.as_ref(), "", Mode::Connect).await;
+            };
+            let (target, mode) = match check_target(url) {
+                Ok(t) => t,
+                Err(reason) => {
+                    return Decision {
+                        allow: false,
+                        reason,
+                        host: None,
+                        port: None,
+                        rule: None,
+                        resolved: Vec::new(),
+                    };
+                }
+            };
+            decide::decide(policy, shared.resolver.as_ref(), &target, mode, resolve).await
+        });
+        json!({
+            "url": url,
+            "decision": if d.allow { "allow" } else { "deny" },
+            "reason": d.reason,
+            "rule": d.rule,
+            "resolved": d.resolved,
+        })
+    }
+}
+
+fn check_target(url: &str) -> Result<(Authority, Mode), &'static str> {
+    if let Some(rest) = url.strip_prefix("https://") {
+        let auth = rest.split(['/', '?', '#']).next().unwrap_or("");
+        let a = authority::parse_authority(auth, Some(443)).map_err(|e| e.reason())?;
+        return Ok((a, Mode::Connect));
+    }
+    if url.starts_with("http://") {
+        let (a, _) = authority::parse_absolute_http_url(url).map_err(|e| e.reason())?;
+        return Ok((a, Mode::PlainHttp));
+    }
+    let a = authority::parse_authority(url, Some(443)).map_err(|e| e.reason())?;
+    Ok((a, Mode::Connect))
+}
+
+async fn serve_connection(stream: TcpStream, ctx: Arc<Ctx>) {
+    let limits = ctx.limits();
+    let io = TokioIo::new(stream);
+    let ctx2 = ctx.clone();
+    let svc = service_fn(move |req| {
+        let ctx = ctx2.clone();
+        async move { Ok::<_, Infallible>(handle(req, ctx).await) }
+    });
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout)
+        .max_buf_size(limits.max_header_bytes.max(8192));
+    let _ = builder.serve_connection(io, svc).with_upgrades().await;
+}
+
+fn full(b: impl Into<Bytes>) -> Body {
+    Full::new(b.into()).map_err(|never| match never {}).boxed()
+}
+
+fn refusal(status: StatusCode, reason: &str) -> Response<Body> {
+    let body = json!({"error": {"code": reason, "message": format!("airlock egress: {reason}")}}).to_string();
+    let mut r = Response::new(full(body));
+    *r.status_mut() = status;
+    if let Ok(v) = HeaderValue::from_str(reason) {
+        r.headers_mut().insert(REASON_HEADER, v);
+    }
+    r.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    r
+}
+
+enum Target {
+    Connect(String),
+    Channel { name: String, rest: String },
+    Plain(String),
+    Bad(&'static str),
+}
+
+fn classify_request(req: &Request<Incoming>, self_authority: &str) -> Target {
+    let uri = req.uri();
+    if req.method() == Method::CONNECT {
+        return match uri.authority() {
+            Some(a) if uri.scheme().is_none() && uri.path_and_query().is_none_or(|p| p.as_str().is_empty() || p.as_str() == "/") => {
+                Target::Connect(a.as_str().to_string())
+            }
+            _ => Target::Bad("connect_target_not_authority"),
+        };
+    }
+    let path_and_query = uri.path_and_query().map(|p| p.as_str().to_string()).unwrap_or_else(|| "/".into());
+    let to_self = match uri.authority() {
+        None => true,
+        Some(a) => a.as_str() == self_authority,
+    };
+    if to_self {
+        if let Some(rest) = path_and_query.strip_prefix(CHANNEL_PREFIX) {
+            let (name, tail) = match rest.find(['/', '?']) {
+                Some(i) => (&rest[..i], &rest[i..]),
+                None => (rest, ""),
+            };
+            let tail = if tail.starts_with('?') { format!("/{tail}") } else { tail.to_string() };
+            let tail = if tail.is_empty() { "/".to_string() } else { tail };
+            return Target::Channel {
+                name: name.to_string(),
+                rest: tail,
+            };
+        }
+        if uri.authority().is_none() {
+            return Target::Bad("not_a_proxy_request");
+        }
+    }
+    if uri.scheme_str() == Some("http") {
+        return Target::Plain(uri.to_string());
+    }
+    Target::Bad("unsupported_request_target")
+}
+
+async fn handle(req: Request<Incoming>, ctx: Arc<Ctx>) -> Response<Body> {
+    let limits = ctx.limits();
+    if !ctx.counters.admit(limits.max_requests_per_second) {
+        ctx.counters.denied.fetch_add(1, Ordering::Relaxed);
+        let mut r = refusal(StatusCode::TOO_MANY_REQUESTS, "rate_limited");
+        r.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        return r;
+    }
+    if ctx.counters.total_bytes() >= limits.max_bytes_per_sandbox {
+        ctx.counters.denied.fetch_add(1, Ordering::Relaxed);
+        return refusal(StatusCode::TOO_MANY_REQUESTS, "sandbox_byte_cap");
+    }
+    if matches!(req.method().as_str(), "TRACE" | "TRACK") {
+        ctx.counters.denied.fetch_add(1, Ordering::Relaxed);
+        return refusal(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed");
+    }
+    match classify_request(&req, &ctx.self_authority) {
+        Target::Connect(raw) => connect(req, raw, ctx).await,
+        Target::Channel { name, rest } => channel(req, &name, &rest, ctx).await,
+        Target::Plain(url) => plain(req, &url, ctx).await,
+        Target::Bad(reason) => {
+            ctx.counters.denied.fetch_add(1, Ordering::Relaxed);
+            ctx.log(json!({"event": "egress_decision", "decision": "deny", "reason": reason}));
+            refusal(StatusCode::BAD_REQUEST, reason)
+        }
+    }
+}
+
+async fn dial(addrs: &[SocketAddr], timeout: Duration) -> Result<(TcpStream, SocketAddr), &'static str> {
+    let mut last = "upstream_connect_failed";
+    for a in addrs {
+        match tokio::time::timeout(timeout, TcpStream::connect(a)).await {
+            Ok(Ok(s)) => return Ok((s, *a)),
+            Ok(Err(_)) => last = "upstream_connect_failed",
+            Err(_) => last = "upstream_connect_timeout",
+        }
+    }
+    Err(last)
+}
+
+fn dial_status(reason: &str) -> StatusCode {
+    if reason == "upstream_connect_timeout" { StatusCode::GATEWAY_TIMEOUT } else { StatusCode::BAD_GATEWAY }
+}
+
+async fn connect(req: Request<Incoming>, raw: String, ctx: Arc<Ctx>) -> Response<Body> {
+    let d = decide::decide_raw(ctx.shared.policy.as_ref(), ctx.shared.resolver.as_ref(), &raw, Mode::Connect).await;
+    ctx.record(&d, "connect");
+    if !d.allow {
+        return refusal(StatusCode::FORBIDDEN, d.reason);
+    }
+    let limits = ctx.limits();
+    if ctx.counters.tunnels.load(Ordering::Relaxed) >= limits.max_concurrent_tunnels {
+        return refusal(StatusCode::TOO_MANY_REQUESTS, "too_many_tunnels");
+    }
+    let (upstream, addr) = match dial(&d.socket_addrs(), limits.connect_timeout).await {
+        Ok(s) => s,
+        Err(reason) => return refusal(dial_status(reason), reason),
+    };
+    ctx.counters.tunnels.fetch_add(1, Ordering::Relaxed);
+    let host = d.host.clone();
+    tokio::spawn(async move {
+        let started = Instant::now();
+        let (up, down) = match hyper::upgrade::on(req).await {
+            Ok(upgraded) => tunnel(TokioIo::new(upgraded), upstream, &ctx, &limits).await,
+            Err(_) => (0, 0),
+        };
+        ctx.counters.tunnels.fetch_sub(1, Ordering::Relaxed);
+        ctx.log(json!({
+            "event": "egress_connection_closed",
+            "kind": "connect",
+            "host": host,
+            "port": addr.port(),
+            "resolved_ip": addr.ip(),
+            "bytes_up": up,
+            "bytes_down": down,
+            "duration_ms": started.elapsed().as_millis() as u64,
+        }));
+    });
+    Response::new(full(Bytes::new()))
+}
+
+/// Copies both ways with an idle timeout, a lifetime and byte caps.
+async fn tunnel<C>(client: C, upstream: TcpStream, ctx: &Ctx, limits: &Limits) -> (u64, u64)
+where
+    C: AsyncRead + AsyncWrite + Unpin,
+{
+    let (mut cr, mut cw) = tokio::io::split(client);
+    let (mut ur, mut uw) = upstream.into_split();
+    let up = AtomicU64::new(0);
+    let down = AtomicU64::new(0);
+    let copy = |r: &mut (dyn AsyncRead + Unpin + Send), w: &mut (dyn AsyncWrite + Unpin + Send), n: &AtomicU64, total: &AtomicU64| {
+        let _ = (r, w, n, total);
+    };
+    let _ = copy;
+    let a = pump(&mut cr, &mut uw, &up, &ctx.counters.bytes_up, &ctx.counters, limits);
+    let b = pump(&mut ur, &mut cw, &down, &ctx.counters.bytes_down, &ctx.counters, limits);
+    let _ = tokio::time::timeout(limits.tunnel_lifetime, async { tokio::join!(a, b) }).await;
+    (up.load(Ordering::Relaxed), down.load(Ordering::Relaxed))
+}
+
+async fn pump<R, W>(r: &mut R, w: &mut W, conn: &AtomicU64, total: &AtomicU64, counters: &Counters, limits: &Limits)
+where
+    R: AsyncRead + Unpin + ?Sized,
+    W: AsyncWrite + Unpin + ?Sized,
+{
+    let mut buf = vec![0u8; 32 * 1024];
+    loop {
+        let n = match tokio::time::timeout(limits.idle_timeout, r.read(&mut buf)).await {
+            Ok(Ok(0)) | Ok(Err(_)) | Err(_) => break,
+            Ok(Ok(n)) => n,
+        };
+        let used = conn.fetch_add(n as u64, Ordering::Relaxed) + n as u64;
+        total.fetch_add(n as u64, Ordering::Relaxed);
+        if used > limits.max_bytes_per_connection || counters.total_bytes() > limits.max_bytes_per_sandbox {
+            break;
+        }
+        if w.write_all(&buf[..n]).await.is_err() {
+            break;
+        }
+    }
+    let _ = w.shutdown().await;
+}
+
+const HOP_BY_HOP: &[&str] = &[
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+];
+
+/// Client credentials that never travel upstream through a channel.
+const CLIENT_AUTH: &[&str] = &["authorization", "x-api-key", "api-key", "cookie", "x-goog-api-key", "openai-organization"];
+
+fn strip_hop_by_hop(h: &mut HeaderMap) {
+    let listed: Vec<String> = h
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(',').map(|s| s.trim().to_ascii_lowercase()))
+        .collect();
+    for name in HOP_BY_HOP.iter().map(|s| s.to_string()).chain(listed) {
+        h.remove(name.as_str());
+    }
+}
+
+async fn plain(req: Request<Incoming>, url: &str, ctx: Arc<Ctx>) -> Response<Body> {
+    let (target, path) = match authority::parse_absolute_http_url(url) {
+        Ok(t) => t,
+        Err(e) => {
+            ctx.counters.denied.fetch_add(1, Ordering::Relaxed);
+            ctx.log(json!({"event": "egress_decision", "kind": "http", "decision": "deny", "reason": e.reason()}));
+            return refusal(StatusCode::FORBIDDEN, e.reason());
+        }
+    };
+    let d = match ctx.shared.policy.as_ref() {
+        Some(p) => decide::decide(p, ctx.shared.resolver.as_ref(), &target, Mode::PlainHttp, true).await,
+        None => decide::decide_raw(None, ctx.shared.resolver.as_ref(), "", Mode::PlainHttp).await,
+    };
+    ctx.record(&d, "http");
+    if !d.allow {
+        return refusal(StatusCode::FORBIDDEN, d.reason);
+    }
+    let limits = ctx.limits();
+    let (stream, addr) = match dial(&d.socket_addrs(), limits.connect_timeout).await {
+        Ok(s) => s,
+        Err(reason) => return refusal(dial_status(reason), reason),
+    };
+    let (mut parts, body) = req.into_parts();
+    strip_hop_by_hop(&mut parts.headers);
+    let host = target.to_string();
+    forward(parts, body, path, &host, TokioIo::new(stream), None, ctx, addr).await
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn forward<S>(
+    mut parts: http::request::Parts,
+    body: Incoming,
+    path: String,
+    host: &str,
+    io: TokioIo<S>,
+    secret: Option<&str>,
+    ctx: Arc<Ctx>,
+    addr: SocketAddr,
+) -> Response<Body>
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let started = Instant::now();
+    let Ok(uri) = path.parse::<http::Uri>() else {
+        return refusal(StatusCode::BAD_REQUEST, "bad_path");
+    };
+    parts.uri = uri;
+    parts.version = http::Version::HTTP_11;
+    if let Ok(v) = HeaderValue::from_str(host) {
+        parts.headers.insert(header::HOST, v);
+    }
+    let counters = ctx.counters.clone();
+    let up_body = body
+        .map_frame(move |f| {
+            if let Some(d) = f.data_ref() {
+                counters.bytes_up.fetch_add(d.len() as u64, Ordering::Relaxed);
+            }
+            f
+        })
+        .boxed();
+    let upstream_req = Request::from_parts(parts, up_body);
+    let (mut sender, conn) = match hyper::client::conn::http1::handshake(io).await {
+        Ok(x) => x,
+        Err(_) => return refusal(StatusCode::BAD_GATEWAY, "upstream_handshake_failed"),
+    };
+    tokio::spawn(conn);
+    let resp = match sender.send_request(upstream_req).await {
+        Ok(r) => r,
+        Err(_) => return refusal(StatusCode::BAD_GATEWAY, "upstream_request_failed"),
+    };
+    let (mut parts, body) = resp.into_parts();
+    strip_hop_by_hop(&mut parts.headers);
+    if let Some(secret) = secret {
+        scrub_headers(&mut parts.headers, secret);
+    }
+    let counters = ctx.counters.clone();
+    let ctx2 = ctx.clone();
+    let status = parts.status.as_u16();
+    ctx.log(json!({
+        "event": "egress_response",
+        "host": host,
+        "resolved_ip": addr.ip(),
+        "status": status,
+        "duration_ms": started.elapsed().as_millis() as u64,
+    }));
+    let _ = ctx2;
+    // Streamed frame by frame: server-sent events pass through unbuffered.
+    let down = body
+        .map_frame(move |f| {
+            if let Some(d) = f.data_ref() {
+                counters.bytes_down.fetch_add(d.len() as u64, Ordering::Relaxed);
+            }
+            f
+        })
+        .boxed();
+    Response::from_parts(parts, down)
+}
+
+fn scrub_headers(h: &mut HeaderMap, secret: &str) {
+    if secret.is_empty() {
+        return;
+    }
+    for v in h.values_mut() {
+        if let Ok(s) = v.to_str()
+            && s.contains(secret)
+            && let Ok(clean) = HeaderValue::from_str(&s.replace(secret, "[REDACTED]"))
+        {
+            *v = clean;
+        }
+    }
+}
+
+fn path_is_clean(p: &str) -> bool {
+    let lower = p.to_ascii_lowercase();
+    !(p.contains("..") || p.contains('\\') || lower.contains("%2e") || lower.contains("%2f") || lower.contains("%5c") || p.contains("//"))
+}
+
+async fn channel(req: Request<Incoming>, name: &str, rest: &str, ctx: Arc<Ctx>) -> Response<Body> {
+    let deny = |ctx: &Ctx, status: StatusCode, reason: &'static str| {
+        ctx.counters.denied.fetch_add(1, Ordering::Relaxed);
+        ctx.log(json!({"event": "egress_decision", "kind": "channel", "channel": name, "decision": "deny", "reason": reason}));
+        refusal(status, reason)
+    };
+    let Some(policy) = ctx.shared.policy.as_ref() else {
+        return deny(&ctx, StatusCode::FORBIDDEN, crate::policy::NO_POLICY);
+    };
+    let Some(ch) = policy.channels.get(name).cloned() else {
+        return deny(&ctx, StatusCode::NOT_FOUND, "unknown_channel");
+    };
+    if !ch.methods.contains(req.method()) {
+        return deny(&ctx, StatusCode::FORBIDDEN, "channel_method_not_allowed");
+    }
+    let path_only = rest.split('?').next().unwrap_or("");
+    if !path_is_clean(rest) || !ch.path_prefixes.iter().any(|p| path_only.starts_with(p.as_str())) {
+        return deny(&ctx, StatusCode::FORBIDDEN, "channel_path_not_allowed");
+    }
+    let addrs = match channel_addrs(&ch, policy, ctx.shared.resolver.as_ref()).await {
+        Ok(a) => a,
+        Err(reason) => return deny(&ctx, StatusCode::FORBIDDEN, reason),
+    };
+    ctx.counters.allowed.fetch_add(1, Ordering::Relaxed);
+    ctx.log(json!({
+        "event": "egress_decision", "kind": "channel", "channel": name, "host": host_string(&ch.host),
+        "port": ch.port, "resolved": addrs.iter().map(|a| a.ip()).collect::<Vec<_>>(),
+        "decision": "allow", "reason": "allowed", "method": req.method().as_str(),
+    }));
+    let limits = ctx.limits();
+    let (stream, addr) = match dial(&addrs, limits.connect_timeout).await {
+        Ok(s) => s,
+        Err(reason) => return refusal(dial_status(reason), reason),
+    };
+    let (mut parts, body) = req.into_parts();
+    strip_hop_by_hop(&mut parts.headers);
+    for h in CLIENT_AUTH {
+        parts.headers.remove(*h);
+    }
+    parts.headers.remove(&ch.header);
+    let Ok(value) = HeaderValue::from_str(ch.value.expose()) else {
+        return refusal(StatusCode::INTERNAL_SERVER_ERROR, "channel_misconfigured");
+    };
+    let mut value = value;
+    value.set_sensitive(true);
+    parts.headers.insert(ch.header.clone(), value);
+    let host_header = if (ch.scheme_https && ch.port == 443) || (!ch.scheme_https && ch.port == 80) {
+        authority_host(&ch.host)
+    } else {
+        format!("{}:{}", authority_host(&ch.host), ch.port)
+    };
+    let secret = ch.secret.expose().to_string();
+    if ch.scheme_https {
+        let Host::Name(server_name) = &ch.host else {
+            return refusal(StatusCode::BAD_GATEWAY, "channel_tls_needs_a_name");
+        };
+        let Ok(sn) = rustls::pki_types::ServerName::try_from(server_name.clone()) else {
+            return refusal(StatusCode::BAD_GATEWAY, "channel_tls_bad_name");
+        };
+        let tls = match tokio::time::timeout(limits.connect_timeout, ctx.shared.tls.connect(sn, stream)).await {
+            Ok(Ok(t)) => t,
+            _ => return refusal(StatusCode::BAD_GATEWAY, "upstream_tls_failed"),
+        };
+        forward(parts, body, rest.to_string(), &host_header, TokioIo::new(tls), Some(&secret), ctx, addr).await
+    } else {
+        forward(parts, body, rest.to_string(), &host_header, TokioIo::new(stream), Some(&secret), ctx, addr).await
+    }
+}
+
+fn authority_host(h: &Host) -> String {
+    match h {
+        Host::Name(n) => n.clone(),
+        Host::Ip(std::net::IpAddr::V6(v6)) => format!("[{v6}]"),
+        Host::Ip(ip) => ip.to_string(),
+    }
+}
+
+/// The checked addresses of a channel's upstream. The operator configured
+/// the origin, but its answers are still classified; only a loopback
+/// upstream flagged `insecure_upstream_for_tests` skips that.
+async fn channel_addrs(ch: &Channel, policy: &Policy, resolver: &dyn Resolve) -> Result<Vec<SocketAddr>, &'static str> {
+    let ips = match &ch.host {
+        Host::Ip(ip) => vec![*ip],
+        Host::Name(n) if n == "localhost" => vec![std::net::IpAddr::from([127, 0, 0, 1])],
+        Host::Name(n) => match policy.hosts.get(n) {
+            Some(fixed) => fixed.clone(),
+            None => resolver.lookup(n).await.map_err(|e| e.reason())?,
+        },
+    };
+    for ip in &ips {
+        let loopback_test = ch.insecure_upstream_for_tests && ip.is_loopback();
+        if !loopback_test && let Some(reason) = decide::address_refusal(policy, *ip, ch.port) {
+            return Err(reason);
+        }
+    }
+    Ok(ips.into_iter().map(|ip| SocketAddr::new(ip, ch.port)).collect())
+}
