@@ -62,7 +62,11 @@ fn check(policy: &std::path::Path, no_resolve: bool, urls: &[String]) -> ExitCod
     if let Err(e) = &loaded {
         eprintln!("airlock: no_policy: {e}");
     }
-    let resolver: Arc<dyn Resolve> = if no_resolve { Arc::new(ScriptedResolver::new()) } else { resolver() };
+    let resolver: Arc<dyn Resolve> = if no_resolve {
+        Arc::new(ScriptedResolver::new())
+    } else {
+        resolver()
+    };
     let egress = match Egress::new(loaded, resolver, Arc::new(airlock_egress::proxy::NullLog)) {
         Ok(e) => e,
         Err(e) => {
@@ -86,7 +90,9 @@ fn serve(policy: Option<PathBuf>, listen: &str) -> ExitCode {
         }
     };
     if !addr.ip().is_loopback() {
-        eprintln!("airlock: --listen must be a loopback address: the proxy adds credentials for anyone who reaches it");
+        eprintln!(
+            "airlock: --listen must be a loopback address: the proxy adds credentials for anyone who reaches it"
+        );
         return ExitCode::from(125);
     }
     let loaded = match &policy {
@@ -114,8 +120,14 @@ fn serve(policy: Option<PathBuf>, listen: &str) -> ExitCode {
             return ExitCode::from(125);
         }
     };
-    let local = listener.local_addr().map(|a| a.to_string()).unwrap_or_default();
-    println!("{}", serde_json::json!({"event": "listening", "address": local}));
+    let local = listener
+        .local_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_default();
+    println!(
+        "{}",
+        serde_json::json!({"event": "listening", "address": local})
+    );
     match egress.serve_forever(listener, "standalone") {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

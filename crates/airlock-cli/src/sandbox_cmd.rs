@@ -196,7 +196,11 @@ fn exec(a: ExecArgs) -> ExitCode {
     };
     for ch in &a.channel {
         let var = format!("AIRLOCK_CHANNEL_{}_URL", ch.to_ascii_uppercase());
-        let url = format!("http://{}{}{ch}", airlock_egress::proxy::SANDBOX_PROXY_ADDR, airlock_egress::proxy::CHANNEL_PREFIX);
+        let url = format!(
+            "http://{}{}{ch}",
+            airlock_egress::proxy::SANDBOX_PROXY_ADDR,
+            airlock_egress::proxy::CHANNEL_PREFIX
+        );
         spec = spec.with_platform_env(&var, &url);
     }
     if spec.driver() == DriverChoice::Uncontained {
@@ -208,7 +212,14 @@ fn exec(a: ExecArgs) -> ExitCode {
     let mut hook = |listener: std::net::TcpListener| {
         if let Some(e) = &egress {
             let id = format!("sbx-{}", std::process::id());
-            served = e.serve_sandbox(listener, &id, None, airlock_egress::proxy::SANDBOX_PROXY_ADDR).ok();
+            served = e
+                .serve_sandbox(
+                    listener,
+                    &id,
+                    None,
+                    airlock_egress::proxy::SANDBOX_PROXY_ADDR,
+                )
+                .ok();
         }
     };
     let outcome = Broker::new().run_with(&spec, Some(&mut hook));
@@ -286,11 +297,14 @@ fn egress_setup(a: &ExecArgs) -> Result<Option<airlock_egress::Egress>, String> 
     let policy = match loaded {
         Ok(mut p) => {
             for rule in &a.allow {
-                p.add_allow(rule).map_err(|e| format!("--allow {rule:?}: {e}"))?;
+                p.add_allow(rule)
+                    .map_err(|e| format!("--allow {rule:?}: {e}"))?;
             }
             for ch in &a.channel {
                 if !p.channels.contains_key(ch) {
-                    return Err(format!("channel {ch:?} is not configured in the egress policy (--egress-policy)"));
+                    return Err(format!(
+                        "channel {ch:?} is not configured in the egress policy (--egress-policy)"
+                    ));
                 }
             }
             // Only the channels this sandbox asked for are reachable from it.
@@ -304,7 +318,8 @@ fn egress_setup(a: &ExecArgs) -> Result<Option<airlock_egress::Egress>, String> 
     };
     let log: Arc<dyn LogSink> = match &a.egress_log {
         Some(path) => {
-            let f = std::fs::File::create(path).map_err(|e| format!("--egress-log {}: {e}", path.display()))?;
+            let f = std::fs::File::create(path)
+                .map_err(|e| format!("--egress-log {}: {e}", path.display()))?;
             Arc::new(WriterLog::new(Box::new(f)))
         }
         None => Arc::new(NullLog),

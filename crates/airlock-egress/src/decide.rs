@@ -48,7 +48,10 @@ impl Decision {
 
     pub fn socket_addrs(&self) -> Vec<SocketAddr> {
         let port = self.port.unwrap_or(0);
-        self.resolved.iter().map(|ip| SocketAddr::new(*ip, port)).collect()
+        self.resolved
+            .iter()
+            .map(|ip| SocketAddr::new(*ip, port))
+            .collect()
     }
 }
 
@@ -60,7 +63,12 @@ pub fn host_string(h: &Host) -> String {
 }
 
 /// Decides on a raw authority (`host:port`, as sent in CONNECT).
-pub async fn decide_raw(policy: Option<&Policy>, resolver: &dyn Resolve, raw: &str, mode: Mode) -> Decision {
+pub async fn decide_raw(
+    policy: Option<&Policy>,
+    resolver: &dyn Resolve,
+    raw: &str,
+    mode: Mode,
+) -> Decision {
     let Some(policy) = policy else {
         return Decision::deny(policy::NO_POLICY, None);
     };
@@ -77,7 +85,13 @@ pub async fn decide_raw(policy: Option<&Policy>, resolver: &dyn Resolve, raw: &s
 /// Decides on a parsed target. With `resolve == false` (for `proxy check
 /// --no-resolve`) names are decided on the rules alone, unless the policy's
 /// `hosts` map answers for them.
-pub async fn decide(policy: &Policy, resolver: &dyn Resolve, target: &Authority, mode: Mode, resolve: bool) -> Decision {
+pub async fn decide(
+    policy: &Policy,
+    resolver: &dyn Resolve,
+    target: &Authority,
+    mode: Mode,
+    resolve: bool,
+) -> Decision {
     match &target.host {
         Host::Ip(ip) => decide_ip(policy, target, *ip, mode),
         Host::Name(name) => {
@@ -88,8 +102,15 @@ pub async fn decide(policy: &Policy, resolver: &dyn Resolve, target: &Authority,
                 Rule::Host { pattern, .. } => pattern.matches(name) && r.allows_port(target.port),
                 Rule::Cidr { .. } => false,
             }) else {
-                let name_known = policy.rules.iter().any(|r| matches!(r, Rule::Host { pattern, .. } if pattern.matches(name)));
-                let reason = if name_known { "port_not_allowed" } else { "no_matching_rule" };
+                let name_known = policy
+                    .rules
+                    .iter()
+                    .any(|r| matches!(r, Rule::Host { pattern, .. } if pattern.matches(name)));
+                let reason = if name_known {
+                    "port_not_allowed"
+                } else {
+                    "no_matching_rule"
+                };
                 return Decision::deny(reason, Some(target));
             };
             if mode == Mode::PlainHttp && !rule.http() {
@@ -171,7 +192,11 @@ pub fn address_refusal(policy: &Policy, ip: IpAddr, port: u16) -> Option<&'stati
         .rules
         .iter()
         .any(|r| matches!(r, Rule::Cidr { net, .. } if net.contains(ip)) && r.allows_port(port));
-    if explicitly_allowed { None } else { Some(c.class.reason()) }
+    if explicitly_allowed {
+        None
+    } else {
+        Some(c.class.reason())
+    }
 }
 
 fn resolved_reason(class_reason: &'static str) -> &'static str {

@@ -48,7 +48,9 @@ impl Cidr {
             Some((ip, p)) => (ip, p),
             None => (s, if s.contains(':') { "128" } else { "32" }),
         };
-        let base: IpAddr = ip.parse().map_err(|_| format!("{s:?} is not an IP network"))?;
+        let base: IpAddr = ip
+            .parse()
+            .map_err(|_| format!("{s:?} is not an IP network"))?;
         let prefix: u8 = prefix
             .parse()
             .ok()
@@ -65,19 +67,30 @@ impl Cidr {
         match self.base {
             IpAddr::V4(v4) => {
                 let bits = u32::from(v4);
-                let mask = if self.prefix == 0 { 0 } else { u32::MAX << (32 - u32::from(self.prefix)) };
+                let mask = if self.prefix == 0 {
+                    0
+                } else {
+                    u32::MAX << (32 - u32::from(self.prefix))
+                };
                 IpAddr::V4((bits & mask).into())
             }
             IpAddr::V6(v6) => {
                 let bits = u128::from(v6);
-                let mask = if self.prefix == 0 { 0 } else { u128::MAX << (128 - u32::from(self.prefix)) };
+                let mask = if self.prefix == 0 {
+                    0
+                } else {
+                    u128::MAX << (128 - u32::from(self.prefix))
+                };
                 IpAddr::V6((bits & mask).into())
             }
         }
     }
 
     pub fn contains(&self, ip: IpAddr) -> bool {
-        let other = Cidr { base: ip, prefix: self.prefix };
+        let other = Cidr {
+            base: ip,
+            prefix: self.prefix,
+        };
         ip.is_ipv4() == self.base.is_ipv4() && other.network() == self.base
     }
 }
@@ -101,8 +114,14 @@ pub enum Rule {
 impl Rule {
     pub fn label(&self) -> String {
         match self {
-            Rule::Host { pattern: HostPattern::Exact(n), .. } => n.clone(),
-            Rule::Host { pattern: HostPattern::Suffix(s), .. } => format!("*.{s}"),
+            Rule::Host {
+                pattern: HostPattern::Exact(n),
+                ..
+            } => n.clone(),
+            Rule::Host {
+                pattern: HostPattern::Suffix(s),
+                ..
+            } => format!("*.{s}"),
             Rule::Cidr { net, .. } => format!("{}/{}", net.base, net.prefix),
         }
     }
@@ -295,17 +314,19 @@ impl Policy {
     }
 
     pub fn from_toml(text: &str, secrets: &dyn SecretSource) -> Result<Self, PolicyError> {
-        let file: PolicyFile = toml::from_str(text).map_err(|e| PolicyError::Syntax(e.message().to_string()))?;
+        let file: PolicyFile =
+            toml::from_str(text).map_err(|e| PolicyError::Syntax(e.message().to_string()))?;
         let mut policy = Policy::default();
         for (index, r) in file.allow.into_iter().enumerate() {
             let rule = parse_rule(&r).map_err(|message| PolicyError::Rule { index, message })?;
             policy.rules.push(rule);
         }
         for (name, addrs) in file.hosts {
-            let host = authority::parse_authority(&name, Some(443)).map_err(|e| PolicyError::Hosts {
-                name: name.clone(),
-                message: e.to_string(),
-            })?;
+            let host =
+                authority::parse_authority(&name, Some(443)).map_err(|e| PolicyError::Hosts {
+                    name: name.clone(),
+                    message: e.to_string(),
+                })?;
             let Host::Name(n) = host.host else {
                 return Err(PolicyError::Hosts {
                     name,
@@ -337,18 +358,34 @@ impl Policy {
         let d = Limits::default();
         let l = file.limits;
         policy.limits = Limits {
-            connect_timeout: l.connect_timeout_ms.map(Duration::from_millis).unwrap_or(d.connect_timeout),
-            idle_timeout: l.idle_timeout_ms.map(Duration::from_millis).unwrap_or(d.idle_timeout),
-            tunnel_lifetime: l.tunnel_lifetime_s.map(Duration::from_secs).unwrap_or(d.tunnel_lifetime),
+            connect_timeout: l
+                .connect_timeout_ms
+                .map(Duration::from_millis)
+                .unwrap_or(d.connect_timeout),
+            idle_timeout: l
+                .idle_timeout_ms
+                .map(Duration::from_millis)
+                .unwrap_or(d.idle_timeout),
+            tunnel_lifetime: l
+                .tunnel_lifetime_s
+                .map(Duration::from_secs)
+                .unwrap_or(d.tunnel_lifetime),
             header_read_timeout: l
                 .header_read_timeout_ms
                 .map(Duration::from_millis)
                 .unwrap_or(d.header_read_timeout),
-            max_bytes_per_connection: l.max_bytes_per_connection.unwrap_or(d.max_bytes_per_connection),
+            max_bytes_per_connection: l
+                .max_bytes_per_connection
+                .unwrap_or(d.max_bytes_per_connection),
             max_bytes_per_sandbox: l.max_bytes_per_sandbox.unwrap_or(d.max_bytes_per_sandbox),
             max_concurrent_tunnels: l.max_concurrent_tunnels.unwrap_or(d.max_concurrent_tunnels),
-            max_requests_per_second: l.max_requests_per_second.unwrap_or(d.max_requests_per_second),
-            max_header_bytes: l.max_header_bytes.unwrap_or(d.max_header_bytes).clamp(1024, 1 << 20),
+            max_requests_per_second: l
+                .max_requests_per_second
+                .unwrap_or(d.max_requests_per_second),
+            max_header_bytes: l
+                .max_header_bytes
+                .unwrap_or(d.max_header_bytes)
+                .clamp(1024, 1 << 20),
         };
         Ok(policy)
     }
@@ -372,8 +409,24 @@ impl Policy {
                 ports: vec![default_port],
                 http,
             }
+        } else if rest.starts_with('*') {
+            // Wildcards go to the rule parser, which owns their validation.
+            let (host, port) = match rest.rsplit_once(':') {
+                Some((h, p)) => (
+                    h,
+                    p.parse::<u16>()
+                        .map_err(|_| err(format!("bad port in {spec:?}")))?,
+                ),
+                None => (rest, default_port),
+            };
+            RuleFile {
+                host: Some(host.to_string()),
+                cidr: None,
+                ports: vec![port],
+                http,
+            }
         } else {
-            let a = authority::parse_authority(rest.trim_start_matches("*."), Some(default_port))
+            let a = authority::parse_authority(rest, Some(default_port))
                 .map_err(|e| err(e.to_string()))?;
             match a.host {
                 Host::Ip(ip) => RuleFile {
@@ -417,7 +470,8 @@ fn parse_rule(r: &RuleFile) -> Result<Rule, String> {
                 Some(rest) => (true, rest),
                 None => (false, h.as_str()),
             };
-            let a = authority::parse_authority(name, Some(443)).map_err(|e| format!("host {h:?}: {e}"))?;
+            let a = authority::parse_authority(name, Some(443))
+                .map_err(|e| format!("host {h:?}: {e}"))?;
             let Host::Name(n) = a.host else {
                 return Err(format!("host {h:?} is an IP literal; use a cidr rule"));
             };
@@ -428,34 +482,57 @@ fn parse_rule(r: &RuleFile) -> Result<Rule, String> {
                 return Err(format!("host {h:?} is a special-use name ({reason})"));
             }
             Ok(Rule::Host {
-                pattern: if suffix { HostPattern::Suffix(n) } else { HostPattern::Exact(n) },
+                pattern: if suffix {
+                    HostPattern::Suffix(n)
+                } else {
+                    HostPattern::Exact(n)
+                },
                 ports,
                 http: r.http,
             })
         }
         (None, Some(c)) => {
             let net = Cidr::parse(c)?;
-            if METADATA.iter().any(|m| m.parse::<IpAddr>().is_ok_and(|ip| net.contains(ip))) {
+            if METADATA
+                .iter()
+                .any(|m| m.parse::<IpAddr>().is_ok_and(|ip| net.contains(ip)))
+            {
                 return Err(format!("cidr {c:?} covers a cloud metadata address"));
             }
-            Ok(Rule::Cidr { net, ports, http: r.http })
+            Ok(Rule::Cidr {
+                net,
+                ports,
+                http: r.http,
+            })
         }
         _ => Err("a rule needs exactly one of host or cidr".into()),
     }
 }
 
 /// Cloud metadata endpoints: never allowed, whatever a rule says.
-pub const METADATA: &[&str] = &["169.254.169.254", "fd00:ec2::254", "168.63.129.16", "100.100.100.200"];
+pub const METADATA: &[&str] = &[
+    "169.254.169.254",
+    "fd00:ec2::254",
+    "168.63.129.16",
+    "100.100.100.200",
+];
 
 /// True for addresses no rule can ever open.
 pub fn never_allowed(ip: IpAddr) -> bool {
-    classify::classify(ip).class == AddrClass::Metadata || METADATA.iter().any(|m| m.parse() == Ok(ip))
+    classify::classify(ip).class == AddrClass::Metadata
+        || METADATA.iter().any(|m| m.parse() == Ok(ip))
 }
 
-fn parse_channel(name: &str, c: &ChannelFile, secrets: &dyn SecretSource) -> Result<Channel, String> {
+fn parse_channel(
+    name: &str,
+    c: &ChannelFile,
+    secrets: &dyn SecretSource,
+) -> Result<Channel, String> {
     let valid_name = !name.is_empty()
         && name.len() <= 32
-        && name.chars().all(|ch| ch.is_ascii_lowercase() || ch.is_ascii_digit() || ch == '_')
+        && name
+            .chars()
+            .all(|ch| ch.is_ascii_lowercase() || ch.is_ascii_digit() || ch == '_')
         && name.starts_with(|ch: char| ch.is_ascii_lowercase());
     if !valid_name {
         return Err("names are lowercase letters, digits and '_', starting with a letter".into());
@@ -471,7 +548,8 @@ fn parse_channel(name: &str, c: &ChannelFile, secrets: &dyn SecretSource) -> Res
     if rest.contains('/') || rest.contains('?') || rest.contains('#') {
         return Err("upstream must be an origin (scheme, host, port) without a path".into());
     }
-    let a = authority::parse_authority(rest, Some(if https { 443 } else { 80 })).map_err(|e| e.to_string())?;
+    let a = authority::parse_authority(rest, Some(if https { 443 } else { 80 }))
+        .map_err(|e| e.to_string())?;
     if !https {
         let loopback = match &a.host {
             Host::Ip(ip) => ip.is_loopback(),
@@ -481,7 +559,8 @@ fn parse_channel(name: &str, c: &ChannelFile, secrets: &dyn SecretSource) -> Res
             return Err("plain http upstreams are only allowed on loopback with insecure_upstream_for_tests = true".into());
         }
     }
-    let header = http::HeaderName::from_bytes(c.header.as_bytes()).map_err(|_| format!("{:?} is not a header name", c.header))?;
+    let header = http::HeaderName::from_bytes(c.header.as_bytes())
+        .map_err(|_| format!("{:?} is not a header name", c.header))?;
     let (before, after) = c
         .value
         .split_once("${")
@@ -497,20 +576,34 @@ fn parse_channel(name: &str, c: &ChannelFile, secrets: &dyn SecretSource) -> Res
         return Err(format!("secret {reference:?} contains control characters"));
     }
     let value = format!("{before}{secret}{tail}");
-    http::HeaderValue::from_str(&value).map_err(|_| "value is not a valid header value".to_string())?;
+    http::HeaderValue::from_str(&value)
+        .map_err(|_| "value is not a valid header value".to_string())?;
     let methods = if c.methods.is_empty() {
         vec![http::Method::GET, http::Method::POST]
     } else {
         c.methods
             .iter()
-            .map(|m| http::Method::from_bytes(m.to_ascii_uppercase().as_bytes()).map_err(|_| format!("bad method {m:?}")))
+            .map(|m| {
+                http::Method::from_bytes(m.to_ascii_uppercase().as_bytes())
+                    .map_err(|_| format!("bad method {m:?}"))
+            })
             .collect::<Result<Vec<_>, _>>()?
     };
-    if methods.iter().any(|m| matches!(m.as_str(), "TRACE" | "TRACK" | "CONNECT")) {
+    if methods
+        .iter()
+        .any(|m| matches!(m.as_str(), "TRACE" | "TRACK" | "CONNECT"))
+    {
         return Err("TRACE, TRACK and CONNECT are never allowed on a channel".into());
     }
-    let path_prefixes = if c.paths.is_empty() { vec!["/".to_string()] } else { c.paths.clone() };
-    if path_prefixes.iter().any(|p| !p.starts_with('/') || p.contains("..") || p.contains('%')) {
+    let path_prefixes = if c.paths.is_empty() {
+        vec!["/".to_string()]
+    } else {
+        c.paths.clone()
+    };
+    if path_prefixes
+        .iter()
+        .any(|p| !p.starts_with('/') || p.contains("..") || p.contains('%'))
+    {
         return Err("paths must start with '/' and contain no '..' or '%'".into());
     }
     Ok(Channel {

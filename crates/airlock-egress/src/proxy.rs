@@ -117,7 +117,9 @@ impl Counters {
     }
     /// A one-second window rate limit.
     fn admit(&self, per_second: u32) -> bool {
-        let Ok(mut w) = self.window.lock() else { return false };
+        let Ok(mut w) = self.window.lock() else {
+            return false;
+        };
         let now = Instant::now();
         match w.0 {
             Some(start) if now.duration_since(start) < Duration::from_secs(1) => {
@@ -150,7 +152,11 @@ struct Ctx {
 
 impl Ctx {
     fn limits(&self) -> Limits {
-        self.shared.policy.as_ref().map(|p| p.limits.clone()).unwrap_or_default()
+        self.shared
+            .policy
+            .as_ref()
+            .map(|p| p.limits.clone())
+            .unwrap_or_default()
     }
     fn log(&self, mut v: serde_json::Value) {
         if let Some(o) = v.as_object_mut() {
@@ -189,7 +195,9 @@ pub struct Egress {
 
 impl std::fmt::Debug for Egress {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Egress").field("policy_error", &self.policy_error).finish()
+        f.debug_struct("Egress")
+            .field("policy_error", &self.policy_error)
+            .finish()
     }
 }
 
@@ -224,10 +232,15 @@ fn tls_connector() -> tokio_rustls::TlsConnector {
         Ok(c) => c,
         // The ring provider supports the default versions; if that ever
         // changes, an empty root store still fails closed.
-        Err(_) => rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-            .with_protocol_versions(&[&rustls::version::TLS13])
-            .map(|b| b.with_root_certificates(rustls::RootCertStore::empty()).with_no_client_auth())
-            .unwrap_or_else(|_| unreachable_config()),
+        Err(_) => rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map(|b| {
+            b.with_root_certificates(rustls::RootCertStore::empty())
+                .with_no_client_auth()
+        })
+        .unwrap_or_else(|_| unreachable_config()),
     };
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     tokio_rustls::TlsConnector::from(Arc::new(config))
@@ -320,7 +333,11 @@ impl Egress {
     }
 
     /// Serves a listener in the foreground (`airlock proxy`).
-    pub fn serve_forever(&self, listener: std::net::TcpListener, name: &str) -> std::io::Result<()> {
+    pub fn serve_forever(
+        &self,
+        listener: std::net::TcpListener,
+        name: &str,
+    ) -> std::io::Result<()> {
         let authority = listener.local_addr()?.to_string();
         let _s = self.serve_sandbox(listener, name, None, &authority)?;
         self.rt.block_on(std::future::pending::<()>());
@@ -394,14 +411,17 @@ fn full(b: impl Into<Bytes>) -> Body {
 }
 
 fn refusal(status: StatusCode, reason: &str) -> Response<Body> {
-    let body = json!({"error": {"code": reason, "message": format!("airlock egress: {reason}")}}).to_string();
+    let body = json!({"error": {"code": reason, "message": format!("airlock egress: {reason}")}})
+        .to_string();
     let mut r = Response::new(full(body));
     *r.status_mut() = status;
     if let Ok(v) = HeaderValue::from_str(reason) {
         r.headers_mut().insert(REASON_HEADER, v);
     }
-    r.headers_mut()
-        .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
     r
 }
 
@@ -416,13 +436,21 @@ fn classify_request(req: &Request<Incoming>, self_authority: &str) -> Target {
     let uri = req.uri();
     if req.method() == Method::CONNECT {
         return match uri.authority() {
-            Some(a) if uri.scheme().is_none() && uri.path_and_query().is_none_or(|p| p.as_str().is_empty() || p.as_str() == "/") => {
+            Some(a)
+                if uri.scheme().is_none()
+                    && uri
+                        .path_and_query()
+                        .is_none_or(|p| p.as_str().is_empty() || p.as_str() == "/") =>
+            {
                 Target::Connect(a.as_str().to_string())
             }
             _ => Target::Bad("connect_target_not_authority"),
         };
     }
-    let path_and_query = uri.path_and_query().map(|p| p.as_str().to_string()).unwrap_or_else(|| "/".into());
+    let path_and_query = uri
+        .path_and_query()
+        .map(|p| p.as_str().to_string())
+        .unwrap_or_else(|| "/".into());
     let to_self = match uri.authority() {
         None => true,
         Some(a) => a.as_str() == self_authority,
@@ -433,8 +461,16 @@ fn classify_request(req: &Request<Incoming>, self_authority: &str) -> Target {
                 Some(i) => (&rest[..i], &rest[i..]),
                 None => (rest, ""),
             };
-            let tail = if tail.starts_with('?') { format!("/{tail}") } else { tail.to_string() };
-            let tail = if tail.is_empty() { "/".to_string() } else { tail };
+            let tail = if tail.starts_with('?') {
+                format!("/{tail}")
+            } else {
+                tail.to_string()
+            };
+            let tail = if tail.is_empty() {
+                "/".to_string()
+            } else {
+                tail
+            };
             return Target::Channel {
                 name: name.to_string(),
                 rest: tail,
@@ -455,7 +491,8 @@ async fn handle(req: Request<Incoming>, ctx: Arc<Ctx>) -> Response<Body> {
     if !ctx.counters.admit(limits.max_requests_per_second) {
         ctx.counters.denied.fetch_add(1, Ordering::Relaxed);
         let mut r = refusal(StatusCode::TOO_MANY_REQUESTS, "rate_limited");
-        r.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        r.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
         return r;
     }
     if ctx.counters.total_bytes() >= limits.max_bytes_per_sandbox {
@@ -478,7 +515,10 @@ async fn handle(req: Request<Incoming>, ctx: Arc<Ctx>) -> Response<Body> {
     }
 }
 
-async fn dial(addrs: &[SocketAddr], timeout: Duration) -> Result<(TcpStream, SocketAddr), &'static str> {
+async fn dial(
+    addrs: &[SocketAddr],
+    timeout: Duration,
+) -> Result<(TcpStream, SocketAddr), &'static str> {
     let mut last = "upstream_connect_failed";
     for a in addrs {
         match tokio::time::timeout(timeout, TcpStream::connect(a)).await {
@@ -491,11 +531,21 @@ async fn dial(addrs: &[SocketAddr], timeout: Duration) -> Result<(TcpStream, Soc
 }
 
 fn dial_status(reason: &str) -> StatusCode {
-    if reason == "upstream_connect_timeout" { StatusCode::GATEWAY_TIMEOUT } else { StatusCode::BAD_GATEWAY }
+    if reason == "upstream_connect_timeout" {
+        StatusCode::GATEWAY_TIMEOUT
+    } else {
+        StatusCode::BAD_GATEWAY
+    }
 }
 
 async fn connect(req: Request<Incoming>, raw: String, ctx: Arc<Ctx>) -> Response<Body> {
-    let d = decide::decide_raw(ctx.shared.policy.as_ref(), ctx.shared.resolver.as_ref(), &raw, Mode::Connect).await;
+    let d = decide::decide_raw(
+        ctx.shared.policy.as_ref(),
+        ctx.shared.resolver.as_ref(),
+        &raw,
+        Mode::Connect,
+    )
+    .await;
     ctx.record(&d, "connect");
     if !d.allow {
         return refusal(StatusCode::FORBIDDEN, d.reason);
@@ -540,18 +590,41 @@ where
     let (mut ur, mut uw) = upstream.into_split();
     let up = AtomicU64::new(0);
     let down = AtomicU64::new(0);
-    let copy = |r: &mut (dyn AsyncRead + Unpin + Send), w: &mut (dyn AsyncWrite + Unpin + Send), n: &AtomicU64, total: &AtomicU64| {
+    let copy = |r: &mut (dyn AsyncRead + Unpin + Send),
+                w: &mut (dyn AsyncWrite + Unpin + Send),
+                n: &AtomicU64,
+                total: &AtomicU64| {
         let _ = (r, w, n, total);
     };
     let _ = copy;
-    let a = pump(&mut cr, &mut uw, &up, &ctx.counters.bytes_up, &ctx.counters, limits);
-    let b = pump(&mut ur, &mut cw, &down, &ctx.counters.bytes_down, &ctx.counters, limits);
+    let a = pump(
+        &mut cr,
+        &mut uw,
+        &up,
+        &ctx.counters.bytes_up,
+        &ctx.counters,
+        limits,
+    );
+    let b = pump(
+        &mut ur,
+        &mut cw,
+        &down,
+        &ctx.counters.bytes_down,
+        &ctx.counters,
+        limits,
+    );
     let _ = tokio::time::timeout(limits.tunnel_lifetime, async { tokio::join!(a, b) }).await;
     (up.load(Ordering::Relaxed), down.load(Ordering::Relaxed))
 }
 
-async fn pump<R, W>(r: &mut R, w: &mut W, conn: &AtomicU64, total: &AtomicU64, counters: &Counters, limits: &Limits)
-where
+async fn pump<R, W>(
+    r: &mut R,
+    w: &mut W,
+    conn: &AtomicU64,
+    total: &AtomicU64,
+    counters: &Counters,
+    limits: &Limits,
+) where
     R: AsyncRead + Unpin + ?Sized,
     W: AsyncWrite + Unpin + ?Sized,
 {
@@ -563,7 +636,9 @@ where
         };
         let used = conn.fetch_add(n as u64, Ordering::Relaxed) + n as u64;
         total.fetch_add(n as u64, Ordering::Relaxed);
-        if used > limits.max_bytes_per_connection || counters.total_bytes() > limits.max_bytes_per_sandbox {
+        if used > limits.max_bytes_per_connection
+            || counters.total_bytes() > limits.max_bytes_per_sandbox
+        {
             break;
         }
         if w.write_all(&buf[..n]).await.is_err() {
@@ -586,7 +661,14 @@ const HOP_BY_HOP: &[&str] = &[
 ];
 
 /// Client credentials that never travel upstream through a channel.
-const CLIENT_AUTH: &[&str] = &["authorization", "x-api-key", "api-key", "cookie", "x-goog-api-key", "openai-organization"];
+const CLIENT_AUTH: &[&str] = &[
+    "authorization",
+    "x-api-key",
+    "api-key",
+    "cookie",
+    "x-goog-api-key",
+    "openai-organization",
+];
 
 fn strip_hop_by_hop(h: &mut HeaderMap) {
     let listed: Vec<String> = h
@@ -610,7 +692,16 @@ async fn plain(req: Request<Incoming>, url: &str, ctx: Arc<Ctx>) -> Response<Bod
         }
     };
     let d = match ctx.shared.policy.as_ref() {
-        Some(p) => decide::decide(p, ctx.shared.resolver.as_ref(), &target, Mode::PlainHttp, true).await,
+        Some(p) => {
+            decide::decide(
+                p,
+                ctx.shared.resolver.as_ref(),
+                &target,
+                Mode::PlainHttp,
+                true,
+            )
+            .await
+        }
         None => decide::decide_raw(None, ctx.shared.resolver.as_ref(), "", Mode::PlainHttp).await,
     };
     ctx.record(&d, "http");
@@ -625,7 +716,17 @@ async fn plain(req: Request<Incoming>, url: &str, ctx: Arc<Ctx>) -> Response<Bod
     let (mut parts, body) = req.into_parts();
     strip_hop_by_hop(&mut parts.headers);
     let host = target.to_string();
-    forward(parts, body, path, &host, TokioIo::new(stream), None, ctx, addr).await
+    forward(
+        parts,
+        body,
+        path,
+        &host,
+        TokioIo::new(stream),
+        None,
+        ctx,
+        addr,
+    )
+    .await
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -655,7 +756,9 @@ where
     let up_body = body
         .map_frame(move |f| {
             if let Some(d) = f.data_ref() {
-                counters.bytes_up.fetch_add(d.len() as u64, Ordering::Relaxed);
+                counters
+                    .bytes_up
+                    .fetch_add(d.len() as u64, Ordering::Relaxed);
             }
             f
         })
@@ -690,7 +793,9 @@ where
     let down = body
         .map_frame(move |f| {
             if let Some(d) = f.data_ref() {
-                counters.bytes_down.fetch_add(d.len() as u64, Ordering::Relaxed);
+                counters
+                    .bytes_down
+                    .fetch_add(d.len() as u64, Ordering::Relaxed);
             }
             f
         })
@@ -714,7 +819,12 @@ fn scrub_headers(h: &mut HeaderMap, secret: &str) {
 
 fn path_is_clean(p: &str) -> bool {
     let lower = p.to_ascii_lowercase();
-    !(p.contains("..") || p.contains('\\') || lower.contains("%2e") || lower.contains("%2f") || lower.contains("%5c") || p.contains("//"))
+    !(p.contains("..")
+        || p.contains('\\')
+        || lower.contains("%2e")
+        || lower.contains("%2f")
+        || lower.contains("%5c")
+        || p.contains("//"))
 }
 
 async fn channel(req: Request<Incoming>, name: &str, rest: &str, ctx: Arc<Ctx>) -> Response<Body> {
@@ -733,7 +843,12 @@ async fn channel(req: Request<Incoming>, name: &str, rest: &str, ctx: Arc<Ctx>) 
         return deny(&ctx, StatusCode::FORBIDDEN, "channel_method_not_allowed");
     }
     let path_only = rest.split('?').next().unwrap_or("");
-    if !path_is_clean(rest) || !ch.path_prefixes.iter().any(|p| path_only.starts_with(p.as_str())) {
+    if !path_is_clean(rest)
+        || !ch
+            .path_prefixes
+            .iter()
+            .any(|p| path_only.starts_with(p.as_str()))
+    {
         return deny(&ctx, StatusCode::FORBIDDEN, "channel_path_not_allowed");
     }
     let addrs = match channel_addrs(&ch, policy, ctx.shared.resolver.as_ref()).await {
@@ -763,7 +878,8 @@ async fn channel(req: Request<Incoming>, name: &str, rest: &str, ctx: Arc<Ctx>) 
     let mut value = value;
     value.set_sensitive(true);
     parts.headers.insert(ch.header.clone(), value);
-    let host_header = if (ch.scheme_https && ch.port == 443) || (!ch.scheme_https && ch.port == 80) {
+    let host_header = if (ch.scheme_https && ch.port == 443) || (!ch.scheme_https && ch.port == 80)
+    {
         authority_host(&ch.host)
     } else {
         format!("{}:{}", authority_host(&ch.host), ch.port)
@@ -776,13 +892,36 @@ async fn channel(req: Request<Incoming>, name: &str, rest: &str, ctx: Arc<Ctx>) 
         let Ok(sn) = rustls::pki_types::ServerName::try_from(server_name.clone()) else {
             return refusal(StatusCode::BAD_GATEWAY, "channel_tls_bad_name");
         };
-        let tls = match tokio::time::timeout(limits.connect_timeout, ctx.shared.tls.connect(sn, stream)).await {
-            Ok(Ok(t)) => t,
-            _ => return refusal(StatusCode::BAD_GATEWAY, "upstream_tls_failed"),
-        };
-        forward(parts, body, rest.to_string(), &host_header, TokioIo::new(tls), Some(&secret), ctx, addr).await
+        let tls =
+            match tokio::time::timeout(limits.connect_timeout, ctx.shared.tls.connect(sn, stream))
+                .await
+            {
+                Ok(Ok(t)) => t,
+                _ => return refusal(StatusCode::BAD_GATEWAY, "upstream_tls_failed"),
+            };
+        forward(
+            parts,
+            body,
+            rest.to_string(),
+            &host_header,
+            TokioIo::new(tls),
+            Some(&secret),
+            ctx,
+            addr,
+        )
+        .await
     } else {
-        forward(parts, body, rest.to_string(), &host_header, TokioIo::new(stream), Some(&secret), ctx, addr).await
+        forward(
+            parts,
+            body,
+            rest.to_string(),
+            &host_header,
+            TokioIo::new(stream),
+            Some(&secret),
+            ctx,
+            addr,
+        )
+        .await
     }
 }
 
@@ -797,7 +936,11 @@ fn authority_host(h: &Host) -> String {
 /// The checked addresses of a channel's upstream. The operator configured
 /// the origin, but its answers are still classified; only a loopback
 /// upstream flagged `insecure_upstream_for_tests` skips that.
-async fn channel_addrs(ch: &Channel, policy: &Policy, resolver: &dyn Resolve) -> Result<Vec<SocketAddr>, &'static str> {
+async fn channel_addrs(
+    ch: &Channel,
+    policy: &Policy,
+    resolver: &dyn Resolve,
+) -> Result<Vec<SocketAddr>, &'static str> {
     let ips = match &ch.host {
         Host::Ip(ip) => vec![*ip],
         Host::Name(n) if n == "localhost" => vec![std::net::IpAddr::from([127, 0, 0, 1])],
@@ -812,5 +955,8 @@ async fn channel_addrs(ch: &Channel, policy: &Policy, resolver: &dyn Resolve) ->
             return Err(reason);
         }
     }
-    Ok(ips.into_iter().map(|ip| SocketAddr::new(ip, ch.port)).collect())
+    Ok(ips
+        .into_iter()
+        .map(|ip| SocketAddr::new(ip, ch.port))
+        .collect())
 }

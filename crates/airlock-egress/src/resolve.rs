@@ -31,7 +31,11 @@ impl ResolveError {
     }
 }
 
-pub type LookupFuture<'a> = Pin<Box<dyn Future<Output = Result<Vec<IpAddr>, ResolveError>> + Send + 'a>>;
+/// One scripted answer.
+pub type Answer = Result<Vec<IpAddr>, ResolveError>;
+
+pub type LookupFuture<'a> =
+    Pin<Box<dyn Future<Output = Result<Vec<IpAddr>, ResolveError>> + Send + 'a>>;
 
 /// A resolver the proxy can ask.
 pub trait Resolve: Send + Sync + std::fmt::Debug {
@@ -48,13 +52,16 @@ pub struct SystemResolver {
 
 impl SystemResolver {
     pub fn new() -> Result<Self, ResolveError> {
-        let mut builder = hickory_resolver::Resolver::builder_tokio().map_err(|e| ResolveError::Other(e.to_string()))?;
+        let mut builder = hickory_resolver::Resolver::builder_tokio()
+            .map_err(|e| ResolveError::Other(e.to_string()))?;
         let opts = builder.options_mut();
         opts.ndots = 0;
         opts.timeout = Duration::from_secs(3);
         opts.attempts = 2;
         opts.use_hosts_file = hickory_resolver::config::ResolveHosts::Never;
-        let inner = builder.build().map_err(|e| ResolveError::Other(e.to_string()))?;
+        let inner = builder
+            .build()
+            .map_err(|e| ResolveError::Other(e.to_string()))?;
         Ok(Self { inner })
     }
 }
@@ -66,13 +73,19 @@ impl Resolve for SystemResolver {
             match self.inner.lookup_ip(absolute.as_str()).await {
                 Ok(l) => {
                     let v: Vec<IpAddr> = l.iter().collect();
-                    if v.is_empty() { Err(ResolveError::NxDomain) } else { Ok(v) }
+                    if v.is_empty() {
+                        Err(ResolveError::NxDomain)
+                    } else {
+                        Ok(v)
+                    }
                 }
                 Err(e) => {
                     let text = e.to_string();
                     if e.is_nx_domain() || e.is_no_records_found() {
                         Err(ResolveError::NxDomain)
-                    } else if text.to_ascii_lowercase().contains("timed out") || text.contains("timeout") {
+                    } else if text.to_ascii_lowercase().contains("timed out")
+                        || text.contains("timeout")
+                    {
                         Err(ResolveError::Timeout)
                     } else {
                         Err(ResolveError::Other(text))
@@ -88,7 +101,7 @@ impl Resolve for SystemResolver {
 /// the first call gets the first answer, and so on); every call is recorded.
 #[derive(Debug, Default)]
 pub struct ScriptedResolver {
-    answers: Mutex<HashMap<String, Vec<Result<Vec<IpAddr>, ResolveError>>>>,
+    answers: Mutex<HashMap<String, Vec<Answer>>>,
     calls: Mutex<Vec<String>>,
 }
 
@@ -116,7 +129,10 @@ impl Resolve for ScriptedResolver {
             if let Ok(mut c) = self.calls.lock() {
                 c.push(name.to_string());
             }
-            let mut answers = self.answers.lock().map_err(|_| ResolveError::Other("poisoned".into()))?;
+            let mut answers = self
+                .answers
+                .lock()
+                .map_err(|_| ResolveError::Other("poisoned".into()))?;
             match answers.get_mut(name) {
                 Some(list) if list.len() > 1 => list.remove(0),
                 Some(list) => list.first().cloned().unwrap_or(Err(ResolveError::NxDomain)),

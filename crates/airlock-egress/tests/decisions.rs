@@ -69,11 +69,17 @@ fn ip(s: &str) -> IpAddr {
 fn resolver() -> ScriptedResolver {
     ScriptedResolver::new()
         .answer("api.example.org", Ok(vec![ip("93.184.215.14")]))
-        .answer("a.cdn.example.net", Ok(vec![ip("151.101.1.1"), ip("2a04:4e42::1")]))
+        .answer(
+            "a.cdn.example.net",
+            Ok(vec![ip("151.101.1.1"), ip("2a04:4e42::1")]),
+        )
         .answer("plain.example.org", Ok(vec![ip("93.184.215.15")]))
         .answer("rebind.example.org", Ok(vec![ip("93.184.215.16")]))
         .answer("rebind.example.org", Ok(vec![ip("127.0.0.1")]))
-        .answer("mixed.example.org", Ok(vec![ip("93.184.215.17"), ip("10.0.0.5")]))
+        .answer(
+            "mixed.example.org",
+            Ok(vec![ip("93.184.215.17"), ip("10.0.0.5")]),
+        )
         .answer("private.example.org", Ok(vec![ip("192.168.1.10")]))
         .answer("mapped.example.org", Ok(vec![ip("::ffff:127.0.0.1")]))
         .answer("nat64.example.org", Ok(vec![ip("64:ff9b::a9fe:a9fe")]))
@@ -87,7 +93,10 @@ fn policy() -> Policy {
 }
 
 fn run(raw: &str, mode: Mode) -> decide::Decision {
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     let p = policy();
     let r = resolver();
     rt.block_on(decide::decide_raw(Some(&p), &r, raw, mode))
@@ -108,10 +117,22 @@ const TABLE: &[(&str, Mode, &str)] = &[
     ("api.example.org:80", Mode::Connect, "port_not_allowed"),
     ("cdn.example.net:443", Mode::Connect, "no_matching_rule"),
     ("xcdn.example.net:443", Mode::Connect, "no_matching_rule"),
-    ("a.cdn.example.net.evil.com:443", Mode::Connect, "no_matching_rule"),
-    ("api.example.org.evil.com:443", Mode::Connect, "no_matching_rule"),
+    (
+        "a.cdn.example.net.evil.com:443",
+        Mode::Connect,
+        "no_matching_rule",
+    ),
+    (
+        "api.example.org.evil.com:443",
+        Mode::Connect,
+        "no_matching_rule",
+    ),
     ("evilapi.example.org:443", Mode::Connect, "no_matching_rule"),
-    ("api.example.org:443", Mode::PlainHttp, "plain_http_not_allowed"),
+    (
+        "api.example.org:443",
+        Mode::PlainHttp,
+        "plain_http_not_allowed",
+    ),
     ("127.0.0.1:8080", Mode::PlainHttp, "plain_http_not_allowed"),
     ("airgap.example.org:443", Mode::Connect, "no_matching_rule"),
     // Special-use names, denied before any lookup.
@@ -132,10 +153,26 @@ const TABLE: &[(&str, Mode, &str)] = &[
     ("10.0.0.1:443", Mode::Connect, "ip_literal_not_allowed"),
     ("93.184.215.14:443", Mode::Connect, "ip_literal_not_allowed"),
     ("[::1]:443", Mode::Connect, "ip_literal_not_allowed"),
-    ("[::ffff:127.0.0.1]:443", Mode::Connect, "ip_literal_not_allowed"),
-    ("[::ffff:7f00:1]:443", Mode::Connect, "ip_literal_not_allowed"),
-    ("[64:ff9b::7f00:1]:443", Mode::Connect, "ip_literal_not_allowed"),
-    ("[2002:7f00:1::]:443", Mode::Connect, "ip_literal_not_allowed"),
+    (
+        "[::ffff:127.0.0.1]:443",
+        Mode::Connect,
+        "ip_literal_not_allowed",
+    ),
+    (
+        "[::ffff:7f00:1]:443",
+        Mode::Connect,
+        "ip_literal_not_allowed",
+    ),
+    (
+        "[64:ff9b::7f00:1]:443",
+        Mode::Connect,
+        "ip_literal_not_allowed",
+    ),
+    (
+        "[2002:7f00:1::]:443",
+        Mode::Connect,
+        "ip_literal_not_allowed",
+    ),
     ("[fe80::1]:443", Mode::Connect, "ip_literal_not_allowed"),
     ("0:443", Mode::Connect, "ip_literal_not_allowed"),
     ("0.0.0.0:443", Mode::Connect, "ip_literal_not_allowed"),
@@ -188,46 +225,92 @@ fn net_4_net_5_hostile_targets_table() {
             w => !d.allow && d.reason == w,
         };
         if !ok {
-            failures.push(format!("{raw:?} ({mode:?}): got {} {}, want {want}", if d.allow { "allow" } else { "deny" }, d.reason));
+            failures.push(format!(
+                "{raw:?} ({mode:?}): got {} {}, want {want}",
+                if d.allow { "allow" } else { "deny" },
+                d.reason
+            ));
         }
     }
-    assert!(failures.is_empty(), "{} of {} rows wrong:\n{}", failures.len(), TABLE.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} of {} rows wrong:\n{}",
+        failures.len(),
+        TABLE.len(),
+        failures.join("\n")
+    );
     assert!(TABLE.len() >= 70);
 }
 
 #[test]
 fn net_5_rebinding_cannot_redirect_the_connection() {
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     let p = policy();
     let r = resolver();
-    let d = rt.block_on(decide::decide_raw(Some(&p), &r, "rebind.example.org:443", Mode::Connect));
+    let d = rt.block_on(decide::decide_raw(
+        Some(&p),
+        &r,
+        "rebind.example.org:443",
+        Mode::Connect,
+    ));
     // The resolver was asked once; the decision carries the checked address,
     // which is all the proxy connects to.
     assert!(d.allow, "{d:?}");
     assert_eq!(d.resolved, vec![ip("93.184.215.16")]);
     assert_eq!(r.calls(), vec!["rebind.example.org".to_string()]);
     // A second request asks again and gets (and refuses) the rebound answer.
-    let d2 = rt.block_on(decide::decide_raw(Some(&p), &r, "rebind.example.org:443", Mode::Connect));
+    let d2 = rt.block_on(decide::decide_raw(
+        Some(&p),
+        &r,
+        "rebind.example.org:443",
+        Mode::Connect,
+    ));
     assert_eq!((d2.allow, d2.reason), (false, "loopback_address"));
 }
 
 #[test]
 fn net_5_static_hosts_answers_are_still_classified() {
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     let mut p = policy();
     p.add_allow("airgap.example.org").unwrap();
     let r = ScriptedResolver::new();
-    let d = rt.block_on(decide::decide_raw(Some(&p), &r, "airgap.example.org:443", Mode::Connect));
-    assert_eq!((d.allow, d.reason), (false, "private_address"), "10.1.2.3 needs an explicit CIDR rule");
-    assert!(r.calls().is_empty(), "the hosts map answers without the resolver");
+    let d = rt.block_on(decide::decide_raw(
+        Some(&p),
+        &r,
+        "airgap.example.org:443",
+        Mode::Connect,
+    ));
+    assert_eq!(
+        (d.allow, d.reason),
+        (false, "private_address"),
+        "10.1.2.3 needs an explicit CIDR rule"
+    );
+    assert!(
+        r.calls().is_empty(),
+        "the hosts map answers without the resolver"
+    );
     p.add_allow("10.1.2.0/24").unwrap(); // explicit CIDR: positive control
-    let d = rt.block_on(decide::decide_raw(Some(&p), &r, "airgap.example.org:443", Mode::Connect));
+    let d = rt.block_on(decide::decide_raw(
+        Some(&p),
+        &r,
+        "airgap.example.org:443",
+        Mode::Connect,
+    ));
     assert!(d.allow, "{d:?}");
 }
 
 #[test]
 fn net_2_no_policy_denies_everything() {
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     let r = resolver();
     for raw in ["api.example.org:443", "127.0.0.1:8080", "garbage"] {
         let d = rt.block_on(decide::decide_raw(None, &r, raw, Mode::Connect));
@@ -239,7 +322,10 @@ fn net_2_no_policy_denies_everything() {
 fn net_2_invalid_policies_are_refused_at_load() {
     let bad = [
         ("unknown top-level field", "allowed = []\n"),
-        ("unknown rule field", "[[allow]]\nhost = \"a.example.org\"\nport = 443\n"),
+        (
+            "unknown rule field",
+            "[[allow]]\nhost = \"a.example.org\"\nport = 443\n",
+        ),
         ("star", "[[allow]]\nhost = \"*\"\n"),
         ("star tld", "[[allow]]\nhost = \"*.com\"\n"),
         ("ip as host", "[[allow]]\nhost = \"10.0.0.1\"\n"),
@@ -248,22 +334,52 @@ fn net_2_invalid_policies_are_refused_at_load() {
         ("everything cidr", "[[allow]]\ncidr = \"0.0.0.0/0\"\n"),
         ("v6 metadata cidr", "[[allow]]\ncidr = \"fd00::/8\"\n"),
         ("host bits", "[[allow]]\ncidr = \"10.0.0.1/8\"\n"),
-        ("both", "[[allow]]\nhost = \"a.example.org\"\ncidr = \"10.0.0.0/8\"\n"),
+        (
+            "both",
+            "[[allow]]\nhost = \"a.example.org\"\ncidr = \"10.0.0.0/8\"\n",
+        ),
         ("neither", "[[allow]]\nports = [443]\n"),
-        ("port zero", "[[allow]]\nhost = \"a.example.org\"\nports = [0]\n"),
+        (
+            "port zero",
+            "[[allow]]\nhost = \"a.example.org\"\nports = [0]\n",
+        ),
         ("not toml", "{{{"),
-        ("hosts value", "[hosts]\n\"a.example.org\" = [\"not-an-ip\"]\n"),
-        ("channel without secret", "[channels.x]\nupstream = \"https://api.example.org\"\nheader = \"Authorization\"\nvalue = \"Bearer literal\"\n"),
-        ("channel secret missing", "[channels.x]\nupstream = \"https://api.example.org\"\nheader = \"Authorization\"\nvalue = \"Bearer ${env:AIRLOCK_TEST_SURELY_UNSET_VAR}\"\n"),
-        ("channel plain http", "[channels.x]\nupstream = \"http://api.example.org\"\nheader = \"Authorization\"\nvalue = \"${env:PATH}\"\n"),
-        ("channel with path", "[channels.x]\nupstream = \"https://api.example.org/v1\"\nheader = \"Authorization\"\nvalue = \"${env:PATH}\"\n"),
-        ("channel trace", "[channels.x]\nupstream = \"https://api.example.org\"\nheader = \"Authorization\"\nvalue = \"${env:PATH}\"\nmethods = [\"TRACE\"]\n"),
+        (
+            "hosts value",
+            "[hosts]\n\"a.example.org\" = [\"not-an-ip\"]\n",
+        ),
+        (
+            "channel without secret",
+            "[channels.x]\nupstream = \"https://api.example.org\"\nheader = \"Authorization\"\nvalue = \"Bearer literal\"\n",
+        ),
+        (
+            "channel secret missing",
+            "[channels.x]\nupstream = \"https://api.example.org\"\nheader = \"Authorization\"\nvalue = \"Bearer ${env:AIRLOCK_TEST_SURELY_UNSET_VAR}\"\n",
+        ),
+        (
+            "channel plain http",
+            "[channels.x]\nupstream = \"http://api.example.org\"\nheader = \"Authorization\"\nvalue = \"${env:PATH}\"\n",
+        ),
+        (
+            "channel with path",
+            "[channels.x]\nupstream = \"https://api.example.org/v1\"\nheader = \"Authorization\"\nvalue = \"${env:PATH}\"\n",
+        ),
+        (
+            "channel trace",
+            "[channels.x]\nupstream = \"https://api.example.org\"\nheader = \"Authorization\"\nvalue = \"${env:PATH}\"\nmethods = [\"TRACE\"]\n",
+        ),
     ];
     for (what, text) in bad {
-        assert!(Policy::from_toml(text, &EnvAndFiles).is_err(), "{what} was accepted");
+        assert!(
+            Policy::from_toml(text, &EnvAndFiles).is_err(),
+            "{what} was accepted"
+        );
     }
     // Positive control: a sound policy with a channel loads.
     let good = "[[allow]]\nhost = \"*.example.org\"\n[channels.x]\nupstream = \"https://api.example.org\"\nheader = \"Authorization\"\nvalue = \"Bearer ${env:PATH}\"\n";
     let p = Policy::from_toml(good, &EnvAndFiles).unwrap();
-    assert!(format!("{:?}", p.channels["x"]).contains("[REDACTED]"), "credentials never print");
+    assert!(
+        format!("{:?}", p.channels["x"]).contains("[REDACTED]"),
+        "credentials never print"
+    );
 }

@@ -29,7 +29,9 @@ use crate::output::{Captured, drain};
 use crate::report::{ContainmentReport, Guarantee, Level};
 use crate::spec::{self, DriverChoice, SandboxSpec};
 use crate::sys;
-use crate::wire::{CONTROL_FD, EGRESS_LISTEN, EXE_FD, InitEvent, InitSpec, Rlimits, SPEC_FD, STATUS_FD};
+use crate::wire::{
+    CONTROL_FD, EGRESS_LISTEN, EXE_FD, InitEvent, InitSpec, Rlimits, SPEC_FD, STATUS_FD,
+};
 
 /// Receives the sandbox's egress listener (NET-1), called once, before the
 /// workload starts, on the broker's thread. The trusted side serves it.
@@ -144,7 +146,14 @@ impl Broker {
         let mut platform = spec.platform_env.clone();
         if spec.egress {
             let url = format!("http://{EGRESS_LISTEN}");
-            for name in ["HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"] {
+            for name in [
+                "HTTP_PROXY",
+                "HTTPS_PROXY",
+                "ALL_PROXY",
+                "http_proxy",
+                "https_proxy",
+                "all_proxy",
+            ] {
                 platform.insert(name.to_string(), url.clone());
             }
             platform.insert("NO_PROXY".into(), String::new());
@@ -269,7 +278,11 @@ impl Broker {
             .stderr(Stdio::piped());
         let (control_ours, control_theirs) = std::os::unix::net::UnixStream::pair()?;
         let control_theirs = high_fd(OwnedFd::from(control_theirs))?;
-        let control_src = if spec.egress { control_theirs.as_raw_fd() } else { -1 };
+        let control_src = if spec.egress {
+            control_theirs.as_raw_fd()
+        } else {
+            -1
+        };
         let fds = [
             (spec_r.as_raw_fd(), SPEC_FD),
             (status_w.as_raw_fd(), STATUS_FD),
@@ -324,7 +337,9 @@ impl Broker {
         if spec.egress {
             // The init sends the listener before it starts the workload, or
             // closes the socket when set-up fails (its status says why).
-            let wait = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
+            let wait = deadline
+                .saturating_duration_since(Instant::now())
+                .max(Duration::from_millis(1));
             let _ = control_ours.set_read_timeout(Some(wait));
             if let Ok(Some(fd)) = sys::recv_fd(control_ours.as_raw_fd())
                 && let Some(hook) = on_listener.as_mut()

@@ -314,7 +314,9 @@ fn pid_one(
         report.push(Guarantee::new(
             "egress_proxy",
             true,
-            format!("only path out: per-sandbox listener {EGRESS_LISTEN} served by the trusted proxy"),
+            format!(
+                "only path out: per-sandbox listener {EGRESS_LISTEN} served by the trusted proxy"
+            ),
         ));
     }
 

@@ -348,7 +348,12 @@ pub(crate) fn recv_fd(socket: RawFd) -> Result<Option<OwnedFd>, Errno> {
     let mut buf = [0u8; 1];
     let mut iov = [std::io::IoSliceMut::new(&mut buf)];
     let mut space = nix::cmsg_space!([RawFd; 1]);
-    let msg = recvmsg::<()>(socket, &mut iov, Some(&mut space), MsgFlags::MSG_CMSG_CLOEXEC)?;
+    let msg = recvmsg::<()>(
+        socket,
+        &mut iov,
+        Some(&mut space),
+        MsgFlags::MSG_CMSG_CLOEXEC,
+    )?;
     let mut received = None;
     for c in msg.cmsgs()? {
         if let ControlMessageOwned::ScmRights(fds) = c {

@@ -22,7 +22,8 @@ pub(crate) const CONTROL_FD: i32 = 6;
 
 /// Where the per-sandbox egress listener is bound inside the sandbox's own
 /// network namespace.
-pub const EGRESS_LISTEN: std::net::SocketAddrV4 = std::net::SocketAddrV4::new(std::net::Ipv4Addr::LOCALHOST, 3128);
+pub const EGRESS_LISTEN: std::net::SocketAddrV4 =
+    std::net::SocketAddrV4::new(std::net::Ipv4Addr::LOCALHOST, 3128);
 
 /// Resource limits applied with `setrlimit` inside.
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -25,7 +25,11 @@ fn net_1_allowed_loopback_upstream_is_reached_through_the_proxy(who: Who) {
     let up = upstream::start();
     let allow = format!("http://127.0.0.1:{}", up.port);
     let url = format!("http://127.0.0.1:{}/hello", up.port);
-    let r = exec(who, &["--allow", &allow], &["/usr/bin/python3", "-c", FETCH, &url]);
+    let r = exec(
+        who,
+        &["--allow", &allow],
+        &["/usr/bin/python3", "-c", FETCH, &url],
+    );
     assert_eq!(r.stdout().trim(), "200 - hello from upstream", "{r:?}");
     assert!(r.guarantee("egress_proxy"), "{r:?}");
     assert_eq!(r.json["egress"]["allowed"], 1, "{}", r.json["egress"]);
@@ -34,8 +38,15 @@ fn net_1_allowed_loopback_upstream_is_reached_through_the_proxy(who: Who) {
     let c = exec(who, &["--allow", &allow], &["curl", "-sS", &url]);
     assert_eq!(c.stdout(), "hello from upstream", "{c:?}");
     // Positive control: without --allow the same request is refused.
-    let d = exec(who, &["--egress-policy", "/dev/null"], &["/usr/bin/python3", "-c", FETCH, &url]);
-    assert!(d.stdout().starts_with("403 ip_literal_not_allowed"), "{d:?}");
+    let d = exec(
+        who,
+        &["--egress-policy", "/dev/null"],
+        &["/usr/bin/python3", "-c", FETCH, &url],
+    );
+    assert!(
+        d.stdout().starts_with("403 ip_literal_not_allowed"),
+        "{d:?}"
+    );
 }
 both_users!(net_1_allowed_loopback_upstream_is_reached_through_the_proxy);
 
@@ -64,13 +75,35 @@ for target in sys.argv[1:]:
     let r = exec(
         who,
         &["--allow", &ok],
-        &["/usr/bin/python3", "-c", probe, &ok, "127.0.0.1:22", "10.0.0.1:443", "169.254.169.254:80", "localhost:443", "user@example.com:443"],
+        &[
+            "/usr/bin/python3",
+            "-c",
+            probe,
+            &ok,
+            "127.0.0.1:22",
+            "10.0.0.1:443",
+            "169.254.169.254:80",
+            "localhost:443",
+            "user@example.com:443",
+        ],
     );
     let out = r.stdout();
-    assert!(out.contains(&format!("{ok} 200 hello from upstream")), "{r:?}");
-    assert!(out.contains("127.0.0.1:22 403 ip_literal_not_allowed"), "{out}");
-    assert!(out.contains("10.0.0.1:443 403 ip_literal_not_allowed"), "{out}");
-    assert!(out.contains("169.254.169.254:80 403 metadata_address"), "{out}");
+    assert!(
+        out.contains(&format!("{ok} 200 hello from upstream")),
+        "{r:?}"
+    );
+    assert!(
+        out.contains("127.0.0.1:22 403 ip_literal_not_allowed"),
+        "{out}"
+    );
+    assert!(
+        out.contains("10.0.0.1:443 403 ip_literal_not_allowed"),
+        "{out}"
+    );
+    assert!(
+        out.contains("169.254.169.254:80 403 metadata_address"),
+        "{out}"
+    );
     assert!(out.contains("localhost:443 403"), "{out}");
     assert!(out.contains("user@example.com:443 403"), "{out}");
     assert!(up.requests().iter().any(|s| s.path == "/tunnelled"));
@@ -84,10 +117,17 @@ fn net_1_the_proxy_cannot_be_bypassed(who: Who) {
         "import socket\ntry:\n socket.create_connection(('127.0.0.1', {}), timeout=3); print('direct:connected')\nexcept OSError: print('direct:refused')\ntry:\n socket.getaddrinfo('example.com', 443); print('dns:resolved')\nexcept OSError: print('dns:failed')\n",
         up.port
     );
-    let r = exec(who, &["--allow", &allow], &["/usr/bin/python3", "-c", &probe]);
+    let r = exec(
+        who,
+        &["--allow", &allow],
+        &["/usr/bin/python3", "-c", &probe],
+    );
     assert!(r.stdout().contains("direct:refused"), "{r:?}");
     assert!(r.stdout().contains("dns:failed"), "{r:?}");
-    assert!(up.requests().is_empty(), "nothing reached the upstream directly");
+    assert!(
+        up.requests().is_empty(),
+        "nothing reached the upstream directly"
+    );
 }
 both_users!(net_1_the_proxy_cannot_be_bypassed);
 
@@ -111,7 +151,12 @@ fn net_2_missing_or_broken_policy_denies_everything(who: Who) {
         let policy = write_policy(dir.path(), &format!("{text}\n"));
         let r = exec(
             who,
-            &["--egress-policy", &policy, "--allow", &format!("http://127.0.0.1:{}", up.port)],
+            &[
+                "--egress-policy",
+                &policy,
+                "--allow",
+                &format!("http://127.0.0.1:{}", up.port),
+            ],
             &["/usr/bin/python3", "-c", FETCH, &url],
         );
         assert!(r.stdout().starts_with("403 no_policy"), "{text}: {r:?}");
@@ -149,37 +194,74 @@ fn net_6_channel_injects_the_credential_the_sandbox_never_sees(who: Who) {
     let wp = path_str(w.path());
     // The client's answer goes to a file in the writable root, so the scan
     // below also covers what the sandbox wrote.
-    let script = format!("{CHANNEL_CLIENT}\nopen('{wp}/answer.json', 'w').write(json.dumps(dict(r.headers)) + body)\n");
+    let script = format!(
+        "{CHANNEL_CLIENT}\nopen('{wp}/answer.json', 'w').write(json.dumps(dict(r.headers)) + body)\n"
+    );
     let out = airlock(who)
         .env("AIRLOCK_TEST_CHANNEL_KEY", SENTINEL)
-        .args(["sandbox", "exec", "--json", "--egress-policy", &policy, "--channel", "openai", "--writable", wp, "--", "/usr/bin/python3", "-c", &script])
+        .args([
+            "sandbox",
+            "exec",
+            "--json",
+            "--egress-policy",
+            &policy,
+            "--channel",
+            "openai",
+            "--writable",
+            wp,
+            "--",
+            "/usr/bin/python3",
+            "-c",
+            &script,
+        ])
         .output()
         .unwrap();
-    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&out.stderr)));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&out.stderr)));
     let stdout = json["stdout"].as_str().unwrap_or("");
-    let answer: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap_or_else(|_| panic!("{json}"));
+    let answer: serde_json::Value =
+        serde_json::from_str(stdout.trim()).unwrap_or_else(|_| panic!("{json}"));
     assert_eq!(answer["status"], 200);
     assert_eq!(answer["content"], "hello from the scripted model");
     // Positive control: the credential exists and reached the upstream.
     let seen = up.requests();
     assert_eq!(seen.len(), 1, "{seen:?}");
-    assert_eq!(seen[0].header("authorization"), Some(format!("Bearer {SENTINEL}").as_str()));
+    assert_eq!(
+        seen[0].header("authorization"),
+        Some(format!("Bearer {SENTINEL}").as_str())
+    );
     assert_eq!(seen[0].path, "/v1/chat/completions");
     // The sandbox saw none of it: not in its output, not in the response
     // headers (the upstream echoed it; the proxy scrubbed it), not in files.
     assert_eq!(answer["echo"], "Bearer [REDACTED]", "{answer}");
-    assert!(!out.stdout.windows(SENTINEL.len()).any(|w| w == SENTINEL.as_bytes()), "credential in the result");
+    assert!(
+        !out.stdout
+            .windows(SENTINEL.len())
+            .any(|w| w == SENTINEL.as_bytes()),
+        "credential in the result"
+    );
     let written = std::fs::read_to_string(w.path().join("answer.json")).unwrap_or_default();
-    assert!(!written.contains(SENTINEL) && written.contains("scripted model"), "{written}");
+    assert!(
+        !written.contains(SENTINEL) && written.contains("scripted model"),
+        "{written}"
+    );
     // Nor in its environment or any file it can read.
     let reversed: String = SENTINEL.chars().rev().collect();
-    let scan = exec(who, &["--egress-policy", &policy, "--channel", "openai"], &[
-        "/usr/bin/python3",
-        "-c",
-        "import os,sys\nn=sys.argv[1][::-1]\nhits=[k for k,v in os.environ.items() if n in v]\nfor pid in [p for p in os.listdir('/proc') if p.isdigit()]:\n  try:\n    hits += [pid] if n.encode() in open(f'/proc/{pid}/environ','rb').read() else []\n  except OSError: pass\nprint(hits, os.environ.get('AIRLOCK_CHANNEL_OPENAI_URL'))",
-        &reversed,
-    ]);
-    assert!(scan.stdout().starts_with("[] http://127.0.0.1:3128/channels/openai"), "{scan:?}");
+    let scan = exec(
+        who,
+        &["--egress-policy", &policy, "--channel", "openai"],
+        &[
+            "/usr/bin/python3",
+            "-c",
+            "import os,sys\nn=sys.argv[1][::-1]\nhits=[k for k,v in os.environ.items() if n in v]\nfor pid in [p for p in os.listdir('/proc') if p.isdigit()]:\n  try:\n    hits += [pid] if n.encode() in open(f'/proc/{pid}/environ','rb').read() else []\n  except OSError: pass\nprint(hits, os.environ.get('AIRLOCK_CHANNEL_OPENAI_URL'))",
+            &reversed,
+        ],
+    );
+    assert!(
+        scan.stdout()
+            .starts_with("[] http://127.0.0.1:3128/channels/openai"),
+        "{scan:?}"
+    );
 }
 both_users!(net_6_channel_injects_the_credential_the_sandbox_never_sees);
 
@@ -199,16 +281,43 @@ for method, path in [("GET", "/v1/models"), ("POST", "/admin/keys"), ("POST", "/
 "#;
     let out = airlock(who)
         .env("AIRLOCK_TEST_CHANNEL_KEY", SENTINEL)
-        .args(["sandbox", "exec", "--json", "--egress-policy", &policy, "--channel", "openai", "--", "/usr/bin/python3", "-c", probe])
+        .args([
+            "sandbox",
+            "exec",
+            "--json",
+            "--egress-policy",
+            &policy,
+            "--channel",
+            "openai",
+            "--",
+            "/usr/bin/python3",
+            "-c",
+            probe,
+        ])
         .output()
         .unwrap();
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let s = json["stdout"].as_str().unwrap_or("");
-    assert!(s.contains("GET /v1/models 403 channel_method_not_allowed"), "{s}");
-    assert!(s.contains("POST /admin/keys 403 channel_path_not_allowed"), "{s}");
+    assert!(
+        s.contains("GET /v1/models 403 channel_method_not_allowed"),
+        "{s}"
+    );
+    assert!(
+        s.contains("POST /admin/keys 403 channel_path_not_allowed"),
+        "{s}"
+    );
     assert!(s.contains("TRACE /v1/x 405 method_not_allowed"), "{s}");
-    assert!(s.contains("/v1/%2e%2e/admin 403 channel_path_not_allowed"), "{s}");
-    assert!(up.requests().iter().all(|r| r.path.starts_with("/v1/") && !r.path.contains("..")), "{:?}", up.requests());
+    assert!(
+        s.contains("/v1/%2e%2e/admin 403 channel_path_not_allowed"),
+        "{s}"
+    );
+    assert!(
+        up.requests()
+            .iter()
+            .all(|r| r.path.starts_with("/v1/") && !r.path.contains("..")),
+        "{:?}",
+        up.requests()
+    );
 }
 both_users!(net_6_channel_refuses_other_methods_paths_and_trace);
 
@@ -216,12 +325,21 @@ both_users!(net_6_channel_refuses_other_methods_paths_and_trace);
 /// `target/pydeps` (or `AIRLOCK_TEST_PYDEPS`), completes a chat request
 /// through the channel.
 fn net_6_official_openai_client_completes_a_chat(who: Who) {
-    let deps = std::env::var("AIRLOCK_TEST_PYDEPS").map(std::path::PathBuf::from).unwrap_or_else(|_| {
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/pydeps")
-    });
+    let deps = std::env::var("AIRLOCK_TEST_PYDEPS")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|_| {
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/pydeps")
+        });
     if !deps.join("openai").exists() {
-        assert!(std::env::var("CI").is_err(), "CI must install the openai package into {}", deps.display());
-        eprintln!("skipping: openai package not installed in {}", deps.display());
+        assert!(
+            std::env::var("CI").is_err(),
+            "CI must install the openai package into {}",
+            deps.display()
+        );
+        eprintln!(
+            "skipping: openai package not installed in {}",
+            deps.display()
+        );
         return;
     }
     let deps = deps.canonicalize().unwrap();
@@ -234,13 +352,36 @@ fn net_6_official_openai_client_completes_a_chat(who: Who) {
     );
     let out = airlock(who)
         .env("AIRLOCK_TEST_CHANNEL_KEY", SENTINEL)
-        .args(["sandbox", "exec", "--json", "--timeout", "60", "--egress-policy", &policy, "--channel", "openai", "--readonly", deps.to_str().unwrap(), "--", "/usr/bin/python3", "-c", &client])
+        .args([
+            "sandbox",
+            "exec",
+            "--json",
+            "--timeout",
+            "60",
+            "--egress-policy",
+            &policy,
+            "--channel",
+            "openai",
+            "--readonly",
+            deps.to_str().unwrap(),
+            "--",
+            "/usr/bin/python3",
+            "-c",
+            &client,
+        ])
         .output()
         .unwrap();
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(json["stdout"].as_str().unwrap_or("").trim(), "hello from the scripted model", "{json}");
+    assert_eq!(
+        json["stdout"].as_str().unwrap_or("").trim(),
+        "hello from the scripted model",
+        "{json}"
+    );
     let seen = up.requests();
-    assert_eq!(seen.last().and_then(|s| s.header("authorization")), Some(format!("Bearer {SENTINEL}").as_str()));
+    assert_eq!(
+        seen.last().and_then(|s| s.header("authorization")),
+        Some(format!("Bearer {SENTINEL}").as_str())
+    );
 }
 both_users!(net_6_official_openai_client_completes_a_chat);
 
@@ -252,17 +393,41 @@ fn net_8_proxy_check_prints_one_json_line_per_url() {
         "[[allow]]\nhost = \"api.example.org\"\n[[allow]]\nhost = \"*.corp-apps.net\"\nports = [443, 8443]\n[hosts]\n\"api.example.org\" = [\"93.184.215.14\"]\n",
     );
     let out = airlock(Who::Invoker)
-        .args(["proxy", "check", "--policy", &policy, "--no-resolve", "https://api.example.org/v1", "https://evil.example.net/", "https://a.corp-apps.net:8443/x", "https://corp-apps.net/", "http://169.254.169.254/latest", "https://0x7f.1/"])
+        .args([
+            "proxy",
+            "check",
+            "--policy",
+            &policy,
+            "--no-resolve",
+            "https://api.example.org/v1",
+            "https://evil.example.net/",
+            "https://a.corp-apps.net:8443/x",
+            "https://corp-apps.net/",
+            "http://169.254.169.254/latest",
+            "https://0x7f.1/",
+        ])
         .output()
         .unwrap();
-    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
     assert_eq!(lines.len(), 6);
-    let d = |i: usize| (lines[i]["decision"].as_str().unwrap().to_string(), lines[i]["reason"].as_str().unwrap().to_string());
+    let d = |i: usize| {
+        (
+            lines[i]["decision"].as_str().unwrap().to_string(),
+            lines[i]["reason"].as_str().unwrap().to_string(),
+        )
+    };
     assert_eq!(d(0), ("allow".into(), "allowed".into()));
     assert_eq!(lines[0]["resolved"][0], "93.184.215.14");
     assert_eq!(d(1).0, "deny");
     assert_eq!(d(2).0, "allow");
-    assert_eq!(d(3), ("deny".into(), "no_matching_rule".into()), "*.x must not match x");
+    assert_eq!(
+        d(3),
+        ("deny".into(), "no_matching_rule".into()),
+        "*.x must not match x"
+    );
     assert_eq!(d(4), ("deny".into(), "metadata_address".into()));
     assert_eq!(d(5), ("deny".into(), "ip_literal_not_allowed".into()));
 }

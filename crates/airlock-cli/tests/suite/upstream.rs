@@ -1,7 +1,7 @@
 //! A scripted upstream: a real HTTP/1.1 server on loopback that records
 //! what it receives and answers like the services the tests pretend to be
 //! (including the OpenAI Chat Completions wire format).
-#![allow(dead_code)]
+#![allow(dead_code, clippy::never_loop)]
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
@@ -85,17 +85,33 @@ pub fn start() -> Upstream {
                     };
                     let auth = seen_req.header("authorization").unwrap_or("").to_string();
                     seen.lock().unwrap().push(seen_req);
-                    let (status, ctype, extra, body): (&str, &str, String, String) = match path.as_str() {
-                        p if p.ends_with("/chat/completions") => ("200 OK", "application/json", String::new(), CHAT.to_string()),
-                        "/redirect" => ("302 Found", "text/plain", "Location: http://elsewhere.example.org/\r\n".into(), "moved".into()),
-                        "/events" => (
-                            "200 OK",
-                            "text/event-stream",
-                            String::new(),
-                            "data: one\n\ndata: two\n\ndata: three\n\n".into(),
-                        ),
-                        _ => ("200 OK", "text/plain", String::new(), "hello from upstream".into()),
-                    };
+                    let (status, ctype, extra, body): (&str, &str, String, String) =
+                        match path.as_str() {
+                            p if p.ends_with("/chat/completions") => (
+                                "200 OK",
+                                "application/json",
+                                String::new(),
+                                CHAT.to_string(),
+                            ),
+                            "/redirect" => (
+                                "302 Found",
+                                "text/plain",
+                                "Location: http://elsewhere.example.org/\r\n".into(),
+                                "moved".into(),
+                            ),
+                            "/events" => (
+                                "200 OK",
+                                "text/event-stream",
+                                String::new(),
+                                "data: one\n\ndata: two\n\ndata: three\n\n".into(),
+                            ),
+                            _ => (
+                                "200 OK",
+                                "text/plain",
+                                String::new(),
+                                "hello from upstream".into(),
+                            ),
+                        };
                     let resp = format!(
                         "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nX-Echo-Auth: {auth}\r\n{extra}Connection: close\r\n\r\n{body}",
                         body.len()
