@@ -1,0 +1,151 @@
+//! The proxy server under bad input (NET-7): huge headers, slow clients,
+//! floods, malformed requests and dead upstreams get clear answers, and a
+//! sandbox that misbehaves does not stop the proxy serving another.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use airlock_egress::policy::{EnvAndFiles, Policy};
+use airlock_egress::proxy::{MemoryLog, NullLog};
+use airlock_egress::{Egress, ScriptedResolver};
+
+fn egress(policy: &str) -> Egress {
+    Egress::new(
+        Policy::from_toml(policy, &EnvAndFiles),
+        Arc::new(ScriptedResolver::new()),
+        Arc::new(NullLog),
+    )
+    .unwrap()
+}
+
+fn listen(e: &Egress, name: &str) -> (airlock_egress::SandboxEgress, u16) {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let s = e.serve_sandbox(l, name, None, &format!("127.0.0.1:{port}")).unwrap();
+    (s, port)
+}
+
+/// Sends raw bytes and returns the status code of the answer (0 if the
+/// connection closed without one).
+fn status_of(port: u16, request: &[u8]) -> (u16, String) {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let _ = s.write_all(request);
+    let mut buf = vec![0u8; 4096];
+    let n = s.read(&mut buf).unwrap_or(0);
+    let head = String::from_utf8_lossy(&buf[..n]).to_string();
+    let code = head.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    (code, head)
+}
+
+const POLICY: &str = "[limits]\nheader_read_timeout_ms = 300\nmax_requests_per_second = 5\nmax_concurrent_tunnels = 2\n[[allow]]\ncidr = \"127.0.0.1/32\"\nports = [1, 2, 3]\n";
+
+#[test]
+fn net_7_huge_headers_get_431() {
+    let e = egress(POLICY);
+    let (_s, port) = listen(&e, "a");
+    let big = format!("GET http://x.example.org/ HTTP/1.1\r\nHost: x\r\nX-Big: {}\r\n\r\n", "a".repeat(64 * 1024));
+    let (code, head) = status_of(port, big.as_bytes());
+    assert_eq!(code, 431, "{head}");
+    // Positive control: a normal request on the same proxy gets a decision.
+    let (code, head) = status_of(port, b"GET http://x.example.org/ HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert_eq!(code, 403, "{head}");
+}
+
+#[test]
+fn net_7_malformed_requests_get_400() {
+    let e = egress(POLICY);
+    let (_s, port) = listen(&e, "a");
+    for bad in [&b"GARBAGE\r\n\r\n"[..], b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", b"CONNECT / HTTP/1.1\r\n\r\n", b"GET http://x/ HTTP/9.9\r\n\r\n"] {
+        let (code, head) = status_of(port, bad);
+        assert!((400..500).contains(&code) || code == 0, "{:?}: {head}", String::from_utf8_lossy(bad));
+        assert_ne!(code, 200);
+    }
+}
+
+#[test]
+fn net_7_slow_client_is_cut_and_others_are_served() {
+    let e = egress(POLICY);
+    let (_s, port) = listen(&e, "a");
+    let mut slow = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    slow.write_all(b"GET http://x.example.org/ HTTP/1.1\r\nHo").unwrap();
+    // Another client is served while the slow one dawdles.
+    let (code, _) = status_of(port, b"GET http://x.example.org/ HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert_eq!(code, 403);
+    // The slow one is cut after the header timeout (bounded wait, no timing assert).
+    slow.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let started = Instant::now();
+    let mut buf = [0u8; 1024];
+    let n = slow.read(&mut buf).unwrap_or(0);
+    let answer = String::from_utf8_lossy(&buf[..n]);
+    assert!(n == 0 || answer.contains(" 408 "), "slow client not cut: {answer}");
+    assert!(started.elapsed() < Duration::from_secs(10));
+}
+
+#[test]
+fn net_7_flood_gets_429_and_other_sandboxes_keep_working() {
+    let e = egress(POLICY);
+    let (flooded, port_a) = listen(&e, "a");
+    let (_calm, port_b) = listen(&e, "b");
+    let mut codes = Vec::new();
+    for _ in 0..30 {
+        codes.push(status_of(port_a, b"CONNECT 127.0.0.1:9 HTTP/1.1\r\nHost: x\r\n\r\n"));
+    }
+    let limited: Vec<_> = codes.iter().filter(|(c, _)| *c == 429).collect();
+    assert!(!limited.is_empty(), "{codes:?}");
+    assert!(limited[0].1.to_ascii_lowercase().contains("retry-after"), "{}", limited[0].1);
+    // The other sandbox's listener is unaffected.
+    let (code, head) = status_of(port_b, b"CONNECT 127.0.0.1:9 HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert_eq!(code, 403, "{head}");
+    assert!(flooded.summary().denied >= 30);
+}
+
+#[test]
+fn net_7_tunnel_cap_and_dead_upstreams() {
+    // A real upstream that accepts and holds connections open.
+    let up = TcpListener::bind("127.0.0.1:0").unwrap();
+    let up_port = up.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for s in up.incoming().flatten() {
+            held.push(s);
+        }
+    });
+    // A port with nothing listening.
+    let dead_port = {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let policy = format!(
+        "[limits]\nmax_concurrent_tunnels = 2\n[[allow]]\ncidr = \"127.0.0.1/32\"\nports = [{up_port}, {dead_port}]\n"
+    );
+    let log = Arc::new(MemoryLog::default());
+    let e = Egress::new(Policy::from_toml(&policy, &EnvAndFiles), Arc::new(ScriptedResolver::new()), log.clone()).unwrap();
+    let (_s, port) = listen(&e, "a");
+    let (code, head) = status_of(port, format!("CONNECT 127.0.0.1:{dead_port} HTTP/1.1\r\n\r\n").as_bytes());
+    assert_eq!(code, 502, "{head}");
+    assert!(head.contains("upstream_connect_failed"));
+    let connect = format!("CONNECT 127.0.0.1:{up_port} HTTP/1.1\r\nHost: x\r\n\r\n");
+    let mut open = Vec::new();
+    for _ in 0..2 {
+        let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        s.write_all(connect.as_bytes()).unwrap();
+        let mut buf = [0u8; 256];
+        let n = s.read(&mut buf).unwrap();
+        assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"));
+        open.push(s);
+    }
+    let (code, head) = status_of(port, connect.as_bytes());
+    assert_eq!(code, 429, "third tunnel over the cap: {head}");
+    assert!(head.contains("too_many_tunnels"));
+    drop(open);
+    // Every decision was logged as one JSON line with the fields NET-7 names.
+    let lines = log.lines();
+    let d = lines.iter().find(|l| l["event"] == "egress_decision").unwrap();
+    for field in ["sandbox", "host", "port", "resolved", "rule", "decision", "reason"] {
+        assert!(d.get(field).is_some(), "{field} missing in {d}");
+    }
+}
