@@ -14,6 +14,7 @@
 
 pub mod authority;
 pub mod classify;
+pub mod client;
 pub mod decide;
 pub mod policy;
 pub mod proxy;

@@ -220,27 +220,38 @@ impl SandboxEgress {
     }
 }
 
-fn tls_connector() -> tokio_rustls::TlsConnector {
+/// System CA bundles, read from fixed paths: ambient variables such as
+/// `SSL_CERT_FILE` are ignored on purpose (NET-9), so an environment
+/// cannot swap the trust store of the trusted process.
+pub const CA_BUNDLES: &[&str] = &[
+    "/etc/ssl/certs/ca-certificates.crt",
+    "/etc/pki/tls/certs/ca-bundle.crt",
+    "/etc/ssl/cert.pem",
+];
+
+/// A TLS connector that verifies against the system roots (fails closed
+/// with an empty store when none can be read).
+pub fn tls_connector() -> tokio_rustls::TlsConnector {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
     let mut roots = rustls::RootCertStore::empty();
-    let found = rustls_native_certs::load_native_certs();
-    roots.add_parsable_certificates(found.certs);
+    for path in CA_BUNDLES {
+        if let Ok(iter) = CertificateDer::pem_file_iter(path) {
+            roots.add_parsable_certificates(iter.flatten());
+            break;
+        }
+    }
+    tls_connector_with_roots(roots)
+}
+
+/// A TLS connector that trusts exactly `roots` (tests add their own CA).
+pub fn tls_connector_with_roots(roots: rustls::RootCertStore) -> tokio_rustls::TlsConnector {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ClientConfig::builder_with_provider(provider)
+    let mut config = match rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
-        .map(|b| b.with_root_certificates(roots).with_no_client_auth());
-    let mut config = match config {
-        Ok(c) => c,
-        // The ring provider supports the default versions; if that ever
-        // changes, an empty root store still fails closed.
-        Err(_) => rustls::ClientConfig::builder_with_provider(Arc::new(
-            rustls::crypto::ring::default_provider(),
-        ))
-        .with_protocol_versions(&[&rustls::version::TLS13])
-        .map(|b| {
-            b.with_root_certificates(rustls::RootCertStore::empty())
-                .with_no_client_auth()
-        })
-        .unwrap_or_else(|_| unreachable_config()),
+    {
+        Ok(b) => b.with_root_certificates(roots).with_no_client_auth(),
+        Err(_) => unreachable_config(),
     };
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     tokio_rustls::TlsConnector::from(Arc::new(config))
@@ -248,7 +259,8 @@ fn tls_connector() -> tokio_rustls::TlsConnector {
 
 #[allow(clippy::expect_used)]
 fn unreachable_config() -> rustls::ClientConfig {
-    // TLS 1.3 is always supported by the ring provider (rustls invariant).
+    // The ring provider always supports the safe default versions (a rustls
+    // invariant); this path exists only because the builder is fallible.
     rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
         .with_protocol_versions(&[&rustls::version::TLS13])
         .expect("ring supports TLS 1.3")
@@ -264,6 +276,17 @@ impl Egress {
         resolver: Arc<dyn Resolve>,
         log: Arc<dyn LogSink>,
     ) -> std::io::Result<Self> {
+        Self::with_tls(policy, resolver, log, tls_connector())
+    }
+
+    /// Like [`Egress::new`], verifying upstream TLS with `tls` (tests bring
+    /// their own CA; production uses the system roots).
+    pub fn with_tls(
+        policy: Result<Policy, PolicyError>,
+        resolver: Arc<dyn Resolve>,
+        log: Arc<dyn LogSink>,
+        tls: tokio_rustls::TlsConnector,
+    ) -> std::io::Result<Self> {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .thread_name("airlock-egress")
@@ -278,7 +301,7 @@ impl Egress {
             shared: Arc::new(Shared {
                 policy,
                 resolver,
-                tls: tls_connector(),
+                tls,
                 log,
             }),
             policy_error,

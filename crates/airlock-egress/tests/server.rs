@@ -24,7 +24,9 @@ fn egress(policy: &str) -> Egress {
 fn listen(e: &Egress, name: &str) -> (airlock_egress::SandboxEgress, u16) {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = l.local_addr().unwrap().port();
-    let s = e.serve_sandbox(l, name, None, &format!("127.0.0.1:{port}")).unwrap();
+    let s = e
+        .serve_sandbox(l, name, None, &format!("127.0.0.1:{port}"))
+        .unwrap();
     (s, port)
 }
 
@@ -37,7 +39,11 @@ fn status_of(port: u16, request: &[u8]) -> (u16, String) {
     let mut buf = vec![0u8; 4096];
     let n = s.read(&mut buf).unwrap_or(0);
     let head = String::from_utf8_lossy(&buf[..n]).to_string();
-    let code = head.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    let code = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
     (code, head)
 }
 
@@ -47,11 +53,17 @@ const POLICY: &str = "[limits]\nheader_read_timeout_ms = 300\nmax_requests_per_s
 fn net_7_huge_headers_get_431() {
     let e = egress(POLICY);
     let (_s, port) = listen(&e, "a");
-    let big = format!("GET http://x.example.org/ HTTP/1.1\r\nHost: x\r\nX-Big: {}\r\n\r\n", "a".repeat(64 * 1024));
+    let big = format!(
+        "GET http://x.example.org/ HTTP/1.1\r\nHost: x\r\nX-Big: {}\r\n\r\n",
+        "a".repeat(64 * 1024)
+    );
     let (code, head) = status_of(port, big.as_bytes());
     assert_eq!(code, 431, "{head}");
     // Positive control: a normal request on the same proxy gets a decision.
-    let (code, head) = status_of(port, b"GET http://x.example.org/ HTTP/1.1\r\nHost: x\r\n\r\n");
+    let (code, head) = status_of(
+        port,
+        b"GET http://x.example.org/ HTTP/1.1\r\nHost: x\r\n\r\n",
+    );
     assert_eq!(code, 403, "{head}");
 }
 
@@ -59,9 +71,18 @@ fn net_7_huge_headers_get_431() {
 fn net_7_malformed_requests_get_400() {
     let e = egress(POLICY);
     let (_s, port) = listen(&e, "a");
-    for bad in [&b"GARBAGE\r\n\r\n"[..], b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", b"CONNECT / HTTP/1.1\r\n\r\n", b"GET http://x/ HTTP/9.9\r\n\r\n"] {
+    for bad in [
+        &b"GARBAGE\r\n\r\n"[..],
+        b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",
+        b"CONNECT / HTTP/1.1\r\n\r\n",
+        b"GET http://x/ HTTP/9.9\r\n\r\n",
+    ] {
         let (code, head) = status_of(port, bad);
-        assert!((400..500).contains(&code) || code == 0, "{:?}: {head}", String::from_utf8_lossy(bad));
+        assert!(
+            (400..500).contains(&code) || code == 0,
+            "{:?}: {head}",
+            String::from_utf8_lossy(bad)
+        );
         assert_ne!(code, 200);
     }
 }
@@ -71,17 +92,25 @@ fn net_7_slow_client_is_cut_and_others_are_served() {
     let e = egress(POLICY);
     let (_s, port) = listen(&e, "a");
     let mut slow = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    slow.write_all(b"GET http://x.example.org/ HTTP/1.1\r\nHo").unwrap();
+    slow.write_all(b"GET http://x.example.org/ HTTP/1.1\r\nHo")
+        .unwrap();
     // Another client is served while the slow one dawdles.
-    let (code, _) = status_of(port, b"GET http://x.example.org/ HTTP/1.1\r\nHost: x\r\n\r\n");
+    let (code, _) = status_of(
+        port,
+        b"GET http://x.example.org/ HTTP/1.1\r\nHost: x\r\n\r\n",
+    );
     assert_eq!(code, 403);
     // The slow one is cut after the header timeout (bounded wait, no timing assert).
-    slow.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    slow.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
     let started = Instant::now();
     let mut buf = [0u8; 1024];
     let n = slow.read(&mut buf).unwrap_or(0);
     let answer = String::from_utf8_lossy(&buf[..n]);
-    assert!(n == 0 || answer.contains(" 408 "), "slow client not cut: {answer}");
+    assert!(
+        n == 0 || answer.contains(" 408 "),
+        "slow client not cut: {answer}"
+    );
     assert!(started.elapsed() < Duration::from_secs(10));
 }
 
@@ -92,11 +121,18 @@ fn net_7_flood_gets_429_and_other_sandboxes_keep_working() {
     let (_calm, port_b) = listen(&e, "b");
     let mut codes = Vec::new();
     for _ in 0..30 {
-        codes.push(status_of(port_a, b"CONNECT 127.0.0.1:9 HTTP/1.1\r\nHost: x\r\n\r\n"));
+        codes.push(status_of(
+            port_a,
+            b"CONNECT 127.0.0.1:9 HTTP/1.1\r\nHost: x\r\n\r\n",
+        ));
     }
     let limited: Vec<_> = codes.iter().filter(|(c, _)| *c == 429).collect();
     assert!(!limited.is_empty(), "{codes:?}");
-    assert!(limited[0].1.to_ascii_lowercase().contains("retry-after"), "{}", limited[0].1);
+    assert!(
+        limited[0].1.to_ascii_lowercase().contains("retry-after"),
+        "{}",
+        limited[0].1
+    );
     // The other sandbox's listener is unaffected.
     let (code, head) = status_of(port_b, b"CONNECT 127.0.0.1:9 HTTP/1.1\r\nHost: x\r\n\r\n");
     assert_eq!(code, 403, "{head}");
@@ -123,9 +159,17 @@ fn net_7_tunnel_cap_and_dead_upstreams() {
         "[limits]\nmax_concurrent_tunnels = 2\n[[allow]]\ncidr = \"127.0.0.1/32\"\nports = [{up_port}, {dead_port}]\n"
     );
     let log = Arc::new(MemoryLog::default());
-    let e = Egress::new(Policy::from_toml(&policy, &EnvAndFiles), Arc::new(ScriptedResolver::new()), log.clone()).unwrap();
+    let e = Egress::new(
+        Policy::from_toml(&policy, &EnvAndFiles),
+        Arc::new(ScriptedResolver::new()),
+        log.clone(),
+    )
+    .unwrap();
     let (_s, port) = listen(&e, "a");
-    let (code, head) = status_of(port, format!("CONNECT 127.0.0.1:{dead_port} HTTP/1.1\r\n\r\n").as_bytes());
+    let (code, head) = status_of(
+        port,
+        format!("CONNECT 127.0.0.1:{dead_port} HTTP/1.1\r\n\r\n").as_bytes(),
+    );
     assert_eq!(code, 502, "{head}");
     assert!(head.contains("upstream_connect_failed"));
     let connect = format!("CONNECT 127.0.0.1:{up_port} HTTP/1.1\r\nHost: x\r\n\r\n");
@@ -144,8 +188,13 @@ fn net_7_tunnel_cap_and_dead_upstreams() {
     drop(open);
     // Every decision was logged as one JSON line with the fields NET-7 names.
     let lines = log.lines();
-    let d = lines.iter().find(|l| l["event"] == "egress_decision").unwrap();
-    for field in ["sandbox", "host", "port", "resolved", "rule", "decision", "reason"] {
+    let d = lines
+        .iter()
+        .find(|l| l["event"] == "egress_decision")
+        .unwrap();
+    for field in [
+        "sandbox", "host", "port", "resolved", "rule", "decision", "reason",
+    ] {
         assert!(d.get(field).is_some(), "{field} missing in {d}");
     }
 }
