@@ -58,6 +58,10 @@ pub struct ExecArgs {
     /// Directory the command may read (repeatable); bound read-only.
     #[arg(long = "readonly", value_name = "DIR")]
     readonly: Vec<PathBuf>,
+    /// Show a host file or directory at a path under /airlock inside
+    /// (repeatable): HOST:/airlock/NAME, read-only unless suffixed :rw.
+    #[arg(long = "mount", value_name = "HOST:TARGET[:rw]")]
+    mount: Vec<String>,
     /// Working directory (inside a writable or read-only root).
     #[arg(long, value_name = "DIR")]
     cwd: Option<PathBuf>,
@@ -158,8 +162,28 @@ fn exec(a: ExecArgs) -> ExitCode {
             );
         }
     };
+    let mut mounts = Vec::new();
+    for m in &a.mount {
+        let (spec_part, writable) = match m.strip_suffix(":rw") {
+            Some(rest) => (rest, true),
+            None => (m.as_str(), false),
+        };
+        let Some((src, dst)) = spec_part.split_once(':') else {
+            return fail(
+                a.json,
+                "invalid_argument",
+                &format!("--mount {m:?} must be HOST:/airlock/NAME[:rw]"),
+            );
+        };
+        mounts.push(airlock_sandbox::Mount {
+            source: PathBuf::from(src),
+            target: PathBuf::from(dst),
+            writable,
+        });
+    }
     let req = SandboxRequest {
         argv: a.command.clone(),
+        mounts,
         cwd: a.cwd.clone(),
         writable: a.writable.clone(),
         readonly: a.readonly.clone(),
@@ -222,7 +246,13 @@ fn exec(a: ExecArgs) -> ExitCode {
                 .ok();
         }
     };
-    let outcome = Broker::new().run_with(&spec, Some(&mut hook));
+    let outcome = Broker::new().run_with(
+        &spec,
+        airlock_sandbox::Hooks {
+            on_listener: Some(&mut hook),
+            ..Default::default()
+        },
+    );
     let egress_summary = served.map(|s| s.shutdown()).unwrap_or_default();
     let result = match outcome {
         Ok(r) => r,

@@ -25,7 +25,7 @@ use serde::Serialize;
 use crate::cgroup::{Cgroup, CgroupLimits};
 use crate::env;
 use crate::exe::{ExeError, ExecutableIdentity, ResolvedExecutable};
-use crate::output::{Captured, drain};
+use crate::output::Captured;
 use crate::report::{ContainmentReport, Guarantee, Level};
 use crate::spec::{self, DriverChoice, SandboxSpec};
 use crate::sys;
@@ -37,6 +37,54 @@ use crate::wire::{
 /// workload starts, on the broker's thread. The trusted side serves it.
 pub type EgressHook<'a> = &'a mut dyn FnMut(std::net::TcpListener);
 
+/// Optional controls of one launch.
+#[derive(Default)]
+pub struct Hooks<'a> {
+    /// Receives the egress listener when the spec asks for egress.
+    pub on_listener: Option<EgressHook<'a>>,
+    /// Set to stop the workload (RUN-5): same kill sequence as a timeout,
+    /// reported as `cancelled`.
+    pub cancel: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
+    /// Live stdout/stderr chunks (bounded; see [`crate::output::LiveSink`]).
+    pub live_output: Option<crate::output::LiveSink>,
+}
+
+impl std::fmt::Debug for Hooks<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Hooks")
+            .field("cancel", &self.cancel)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Waits for the child, slicing the wait so a cancel flag is noticed.
+fn wait_until(
+    rx: &mpsc::Receiver<std::io::Result<std::process::ExitStatus>>,
+    until: Instant,
+    cancel: Option<&std::sync::atomic::AtomicBool>,
+) -> Result<std::io::Result<std::process::ExitStatus>, bool> {
+    loop {
+        let left = until.saturating_duration_since(Instant::now());
+        let slice = if cancel.is_some() {
+            left.min(Duration::from_millis(100))
+        } else {
+            left
+        };
+        match rx.recv_timeout(slice) {
+            Ok(r) => return Ok(r),
+            Err(mpsc::RecvTimeoutError::Disconnected) => return Err(false),
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                if cancel.is_some_and(|c| c.load(std::sync::atomic::Ordering::SeqCst)) {
+                    return Err(true);
+                }
+                if Instant::now() >= until {
+                    return Err(false);
+                }
+            }
+        }
+    }
+}
+
 /// The result record of one launch (SBX-1).
 #[derive(Debug, Clone, Serialize)]
 pub struct RunResult {
@@ -45,6 +93,8 @@ pub struct RunResult {
     /// Signal number when it was killed.
     pub signal: Option<i32>,
     pub timed_out: bool,
+    /// Stopped because the caller cancelled it.
+    pub cancelled: bool,
     pub duration_ms: u64,
     #[serde(skip)]
     pub stdout: Captured,
@@ -131,16 +181,12 @@ impl Broker {
 
     /// Runs one workload to completion.
     pub fn run(&self, spec: &SandboxSpec) -> Result<RunResult, LaunchError> {
-        self.run_with(spec, None)
+        self.run_with(spec, Hooks::default())
     }
 
     /// Runs one workload; when the spec asks for egress, `on_listener`
     /// receives the sandbox's listener before the workload starts.
-    pub fn run_with(
-        &self,
-        spec: &SandboxSpec,
-        on_listener: Option<EgressHook<'_>>,
-    ) -> Result<RunResult, LaunchError> {
+    pub fn run_with(&self, spec: &SandboxSpec, hooks: Hooks<'_>) -> Result<RunResult, LaunchError> {
         let start = Instant::now();
         let deadline = start + spec.timeout;
         let mut platform = spec.platform_env.clone();
@@ -170,8 +216,8 @@ impl Broker {
                 stage: "egress".into(),
                 error: "the uncontained driver has the host's network; egress policy cannot be enforced".into(),
             }),
-            DriverChoice::Uncontained => run_uncontained(spec, env, exe, start, deadline),
-            _ => self.run_contained(spec, env, exe, start, deadline, on_listener),
+            DriverChoice::Uncontained => run_uncontained(spec, env, exe, start, deadline, hooks),
+            _ => self.run_contained(spec, env, exe, start, deadline, hooks),
         }
     }
 
@@ -182,7 +228,7 @@ impl Broker {
         exe: ResolvedExecutable,
         start: Instant,
         deadline: Instant,
-        mut on_listener: Option<EgressHook<'_>>,
+        mut hooks: Hooks<'_>,
     ) -> Result<RunResult, LaunchError> {
         let level = match spec.driver {
             DriverChoice::Landlock => Level::LandlockSeccomp,
@@ -242,6 +288,7 @@ impl Broker {
             allow_fallback: spec.driver == DriverChoice::Auto,
             writable: spec.writable.clone(),
             readonly: spec.readonly.clone(),
+            mounts: spec.mounts.clone(),
             outer_uid: nix::unistd::geteuid().as_raw(),
             outer_gid: nix::unistd::getegid().as_raw(),
             rlimits: Rlimits {
@@ -342,7 +389,7 @@ impl Broker {
                 .max(Duration::from_millis(1));
             let _ = control_ours.set_read_timeout(Some(wait));
             if let Ok(Some(fd)) = sys::recv_fd(control_ours.as_raw_fd())
-                && let Some(hook) = on_listener.as_mut()
+                && let Some(hook) = hooks.on_listener.as_mut()
             {
                 hook(std::net::TcpListener::from(fd));
             }
@@ -352,18 +399,7 @@ impl Broker {
         let budget = spec.output_budget;
         let out = child.stdout.take();
         let err = child.stderr.take();
-        let (out_tx, out_rx) = mpsc::channel();
-        let (err_tx, err_rx) = mpsc::channel();
-        if let Some(o) = out {
-            thread::spawn(move || {
-                let _ = out_tx.send(drain(o, budget));
-            });
-        }
-        if let Some(e) = err {
-            thread::spawn(move || {
-                let _ = err_tx.send(drain(e, budget));
-            });
-        }
+        let (out_rx, err_rx) = spawn_drains(out, err, budget, hooks.live_output.clone());
         let (ev_tx, ev_rx) = mpsc::channel();
         thread::spawn(move || {
             let reader = BufReader::new(std::fs::File::from(status_r));
@@ -379,11 +415,12 @@ impl Broker {
             let _ = wait_tx.send(child.wait());
         });
         let mut timed_out = false;
-        let waited = match wait_rx.recv_timeout(deadline.saturating_duration_since(Instant::now()))
-        {
+        let mut cancelled = false;
+        let waited = match wait_until(&wait_rx, deadline, hooks.cancel.as_deref()) {
             Ok(r) => Some(r),
-            Err(_) => {
-                timed_out = true;
+            Err(by_cancel) => {
+                cancelled = by_cancel;
+                timed_out = !by_cancel;
                 signal(Signal::SIGTERM);
                 match wait_rx.recv_timeout(spec.grace) {
                     Ok(r) => Some(r),
@@ -454,7 +491,7 @@ impl Broker {
             }
         }
         let Some(containment) = report else {
-            if timed_out {
+            if timed_out || cancelled {
                 return Err(LaunchError::Setup {
                     stage: "start-up".into(),
                     error: "timed out before the workload started".into(),
@@ -496,6 +533,7 @@ impl Broker {
             exit_code,
             signal,
             timed_out,
+            cancelled,
             duration_ms,
             stdout,
             stderr,
@@ -504,6 +542,31 @@ impl Broker {
             executable: exe.identity().clone(),
         })
     }
+}
+
+/// Starts the stdout and stderr drain threads.
+fn spawn_drains(
+    out: Option<std::process::ChildStdout>,
+    err: Option<std::process::ChildStderr>,
+    budget: usize,
+    live: Option<crate::output::LiveSink>,
+) -> (mpsc::Receiver<Captured>, mpsc::Receiver<Captured>) {
+    use crate::output::{Stream, drain_live};
+    let (out_tx, out_rx) = mpsc::channel();
+    let (err_tx, err_rx) = mpsc::channel();
+    if let Some(o) = out {
+        let live = live.clone().map(|l| (Stream::Stdout, l));
+        thread::spawn(move || {
+            let _ = out_tx.send(drain_live(o, budget, live));
+        });
+    }
+    if let Some(e) = err {
+        let live = live.map(|l| (Stream::Stderr, l));
+        thread::spawn(move || {
+            let _ = err_tx.send(drain_live(e, budget, live));
+        });
+    }
+    (out_rx, err_rx)
 }
 
 fn make_scratch(name: &str) -> std::io::Result<PathBuf> {
@@ -540,6 +603,7 @@ fn run_uncontained(
     exe: ResolvedExecutable,
     start: Instant,
     deadline: Instant,
+    hooks: Hooks<'_>,
 ) -> Result<RunResult, LaunchError> {
     if spec.require_containment {
         let report = ContainmentReport::uncontained();
@@ -569,27 +633,18 @@ fn run_uncontained(
     let budget = spec.output_budget;
     let out = child.stdout.take();
     let err = child.stderr.take();
-    let (out_tx, out_rx) = mpsc::channel();
-    let (err_tx, err_rx) = mpsc::channel();
-    if let Some(o) = out {
-        thread::spawn(move || {
-            let _ = out_tx.send(drain(o, budget));
-        });
-    }
-    if let Some(e) = err {
-        thread::spawn(move || {
-            let _ = err_tx.send(drain(e, budget));
-        });
-    }
+    let (out_rx, err_rx) = spawn_drains(out, err, budget, hooks.live_output.clone());
     let (wait_tx, wait_rx) = mpsc::channel();
     thread::spawn(move || {
         let _ = wait_tx.send(child.wait());
     });
     let mut timed_out = false;
-    let status = match wait_rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+    let mut cancelled = false;
+    let status = match wait_until(&wait_rx, deadline, hooks.cancel.as_deref()) {
         Ok(r) => r.ok(),
-        Err(_) => {
-            timed_out = true;
+        Err(by_cancel) => {
+            cancelled = by_cancel;
+            timed_out = !by_cancel;
             let _ = kill(pgid, Signal::SIGTERM);
             match wait_rx.recv_timeout(spec.grace) {
                 Ok(r) => r.ok(),
@@ -622,6 +677,7 @@ fn run_uncontained(
         exit_code: status.and_then(|s| s.code()),
         signal: status.and_then(|s| s.signal()),
         timed_out,
+        cancelled,
         duration_ms,
         stdout,
         stderr,

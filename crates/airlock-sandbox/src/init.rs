@@ -328,6 +328,12 @@ fn pid_one(
             .writable
             .iter()
             .cloned()
+            .chain(
+                spec.mounts
+                    .iter()
+                    .filter(|m| m.writable)
+                    .map(|m| m.target.clone()),
+            )
             .chain([PathBuf::from("/tmp"), PathBuf::from("/dev/shm")])
             .collect(),
         devices: DEVICES.iter().map(|d| Path::new("/dev").join(d)).collect(),
@@ -421,6 +427,12 @@ fn readable_roots(spec: &InitSpec) -> Vec<PathBuf> {
         .collect();
     v.push(PathBuf::from("/etc"));
     v.extend(spec.readonly.iter().cloned());
+    v.extend(
+        spec.mounts
+            .iter()
+            .filter(|m| !m.writable)
+            .map(|m| m.target.clone()),
+    );
     if !v
         .iter()
         .chain(&spec.writable)
@@ -469,13 +481,17 @@ fn open_source(path: &Path, target: &Path, writable: bool) -> SetupResult<Option
 /// since (e.g. by another sandbox that can write a parent directory), and
 /// following it could bind an arbitrary host directory.
 fn open_root(path: &Path, writable: bool) -> SetupResult<Option<Source>> {
+    open_root_at(path, path, writable)
+}
+
+fn open_root_at(path: &Path, target: &Path, writable: bool) -> SetupResult<Option<Source>> {
     use nix::fcntl::{OFlag, OpenHow, ResolveFlag, openat2};
     let how = OpenHow::new()
         .flags(OFlag::O_PATH | OFlag::O_CLOEXEC)
         .resolve(ResolveFlag::RESOLVE_NO_SYMLINKS | ResolveFlag::RESOLVE_NO_MAGICLINKS);
     let fd = match openat2(nix::fcntl::AT_FDCWD, path, how) {
         Ok(fd) => fd,
-        Err(nix::errno::Errno::ENOSYS) => return open_source(path, path, writable),
+        Err(nix::errno::Errno::ENOSYS) => return open_source(path, target, writable),
         Err(e) => {
             return Err((
                 "open root",
@@ -489,7 +505,7 @@ fn open_root(path: &Path, writable: bool) -> SetupResult<Option<Source>> {
     let meta = stage("stat root", nix::sys::stat::fstat(&fd))?;
     Ok(Some(Source {
         fd,
-        target: path.to_path_buf(),
+        target: target.to_path_buf(),
         writable,
         is_dir: meta.st_mode & libc::S_IFMT == libc::S_IFDIR,
     }))
@@ -538,6 +554,12 @@ fn build_root(spec: &InitSpec) -> SetupResult<bool> {
     }
     for r in &spec.readonly {
         roots.extend(open_root(r, false)?);
+    }
+    for m in &spec.mounts {
+        match open_root_at(&m.source, &m.target, m.writable)? {
+            Some(s) => roots.push(s),
+            None => return Err(("mount", format!("{} is gone", m.source.display()))),
+        }
     }
     let covered = SYSTEM_DIRS
         .iter()
@@ -956,6 +978,9 @@ fn workload(
 /// seccomp refuses every network socket, and this process becomes a child
 /// subreaper so that it can kill every descendant when the workload ends.
 fn fallback(spec: InitSpec, mut status: Status, exe: OwnedFd, notes: Vec<Guarantee>) -> i32 {
+    if !spec.mounts.is_empty() {
+        return status.fail("mounts", "mounts at /airlock need the namespaces level (user namespaces are unavailable on this host)");
+    }
     if spec.egress {
         // Without a network namespace there is no private loopback for a
         // listener, and every socket is refused here: fail closed.

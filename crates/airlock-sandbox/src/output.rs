@@ -27,8 +27,26 @@ impl Captured {
     }
 }
 
+/// Which stream a live chunk came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Stream {
+    Stdout,
+    Stderr,
+}
+
+/// Where live output chunks go. Bounded: when the receiver falls behind,
+/// chunks are dropped from the live view (the captured buffer still has
+/// them, up to its budget) rather than blocking the workload.
+pub type LiveSink = std::sync::mpsc::SyncSender<(Stream, Vec<u8>)>;
+
 /// Reads `r` to end of file, keeping at most `budget` bytes.
-pub fn drain<R: Read>(mut r: R, budget: usize) -> Captured {
+pub fn drain<R: Read>(r: R, budget: usize) -> Captured {
+    drain_live(r, budget, None)
+}
+
+/// Like [`drain`], also sending each chunk (within the budget) to `live`.
+pub fn drain_live<R: Read>(mut r: R, budget: usize, live: Option<(Stream, LiveSink)>) -> Captured {
     let mut out = Captured::default();
     let mut buf = vec![0u8; 64 * 1024];
     loop {
@@ -40,6 +58,11 @@ pub fn drain<R: Read>(mut r: R, budget: usize) -> Captured {
                 let keep = room.min(n);
                 out.bytes.extend_from_slice(&buf[..keep]);
                 out.dropped_bytes += (n - keep) as u64;
+                if keep > 0
+                    && let Some((stream, tx)) = &live
+                {
+                    let _ = tx.try_send((*stream, buf[..keep].to_vec()));
+                }
             }
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(_) => break,

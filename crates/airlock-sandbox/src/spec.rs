@@ -49,6 +49,18 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 pub const DEFAULT_GRACE: Duration = Duration::from_secs(2);
 pub const MAX_TIMEOUT: Duration = Duration::from_secs(7 * 24 * 3600);
 
+/// A host file or directory shown at another path inside the sandbox
+/// (`/airlock/input.json`, `/airlock/output`, `/airlock/worker`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Mount {
+    pub source: PathBuf,
+    pub target: PathBuf,
+    pub writable: bool,
+}
+
+/// Mount targets live under this platform-owned prefix.
+pub const MOUNT_PREFIX: &str = "/airlock";
+
 /// A request as a front end builds it.
 #[derive(Debug, Clone, Default)]
 pub struct SandboxRequest {
@@ -56,6 +68,7 @@ pub struct SandboxRequest {
     pub cwd: Option<PathBuf>,
     pub writable: Vec<PathBuf>,
     pub readonly: Vec<PathBuf>,
+    pub mounts: Vec<Mount>,
     pub env: Vec<(String, String)>,
     pub timeout: Option<Duration>,
     pub grace: Option<Duration>,
@@ -76,6 +89,7 @@ pub struct SandboxSpec {
     pub(crate) cwd: PathBuf,
     pub(crate) writable: Vec<PathBuf>,
     pub(crate) readonly: Vec<PathBuf>,
+    pub(crate) mounts: Vec<Mount>,
     pub(crate) declared_env: BTreeMap<String, String>,
     pub(crate) platform_env: BTreeMap<String, String>,
     pub(crate) timeout: Duration,
@@ -102,6 +116,10 @@ pub enum SpecError {
     Forbidden { what: &'static str, path: PathBuf },
     #[error("working directory {0:?} is outside the writable and read-only roots")]
     CwdOutsideRoots(PathBuf),
+    #[error("mount target {0:?} must be an absolute, normalised path under /airlock/")]
+    BadMountTarget(PathBuf),
+    #[error("mount source {0:?} does not exist")]
+    BadMountSource(PathBuf),
     #[error("timeout must be between 1 ms and 7 days")]
     BadTimeout,
     #[error("{0} is larger than the supported maximum")]
@@ -189,10 +207,49 @@ impl SandboxSpec {
         }
         let writable = canonical_roots("writable root", &req.writable)?;
         let readonly = canonical_roots("read-only root", &req.readonly)?;
+        let mut mounts = Vec::new();
+        for m in &req.mounts {
+            let normal = m.target.is_absolute()
+                && m.target.starts_with(MOUNT_PREFIX)
+                && m.target != Path::new(MOUNT_PREFIX)
+                && m.target.components().all(|c| {
+                    matches!(
+                        c,
+                        std::path::Component::RootDir | std::path::Component::Normal(_)
+                    )
+                });
+            if !normal {
+                return Err(SpecError::BadMountTarget(m.target.clone()));
+            }
+            let source = m
+                .source
+                .canonicalize()
+                .map_err(|_| SpecError::BadMountSource(m.source.clone()))?;
+            let home = std::env::var_os("HOME")
+                .map(PathBuf::from)
+                .and_then(|h| h.canonicalize().ok());
+            if forbidden_root(&source, home.as_deref()) {
+                return Err(SpecError::Forbidden {
+                    what: "mount source",
+                    path: m.source.clone(),
+                });
+            }
+            mounts.push(Mount {
+                source,
+                target: m.target.clone(),
+                writable: m.writable,
+            });
+        }
         let cwd = match req.cwd {
             Some(cwd) => {
-                let c = canonical_dir("working directory", &cwd)?;
-                let inside = writable.iter().chain(&readonly).any(|r| c.starts_with(r));
+                let c = if cwd.starts_with(MOUNT_PREFIX) {
+                    // A path inside a mount exists only in the sandbox.
+                    cwd.clone()
+                } else {
+                    canonical_dir("working directory", &cwd)?
+                };
+                let inside = writable.iter().chain(&readonly).any(|r| c.starts_with(r))
+                    || mounts.iter().any(|m| cwd.starts_with(&m.target));
                 if !inside && c != Path::new("/tmp") {
                     return Err(SpecError::CwdOutsideRoots(cwd));
                 }
@@ -244,6 +301,7 @@ impl SandboxSpec {
             cwd,
             writable,
             readonly,
+            mounts,
             declared_env: env::parse_declared(&req.env)?,
             platform_env: BTreeMap::new(),
             timeout,

@@ -51,6 +51,7 @@ pub(crate) struct InitSpec {
     pub allow_fallback: bool,
     pub writable: Vec<PathBuf>,
     pub readonly: Vec<PathBuf>,
+    pub mounts: Vec<crate::spec::Mount>,
     pub outer_uid: u32,
     pub outer_gid: u32,
     pub rlimits: Rlimits,
