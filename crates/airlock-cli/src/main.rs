@@ -2,6 +2,7 @@
 //! together and renders results. No business logic lives here.
 
 mod proxy_cmd;
+mod runs_cmd;
 mod sandbox_cmd;
 
 use std::process::ExitCode;
@@ -13,10 +14,14 @@ use clap::{Parser, Subcommand};
 #[derive(Debug, Parser)]
 #[command(name = "airlock", version, about, propagate_version = true)]
 struct Cli {
+    #[command(flatten)]
+    paths: runs_cmd::Paths,
     #[command(subcommand)]
     command: Command,
 }
 
+// Parsed once per process: the size difference between variants is moot.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run commands inside the airlock sandbox.
@@ -26,6 +31,27 @@ enum Command {
     },
     /// Run the egress proxy standalone, or check URLs against a policy.
     Proxy(proxy_cmd::ProxyArgs),
+    /// Start everything on defaults: HTTP API, queue, executor, reaper.
+    Up(runs_cmd::UpArgs),
+    /// Run a worker through the full pipeline and print the outcome.
+    Run(runs_cmd::RunArgs),
+    /// Store a single-use, expiring plan for a worker and input.
+    Plan(runs_cmd::PlanArgs),
+    /// List, inspect, follow and cancel runs.
+    Runs {
+        #[command(subcommand)]
+        command: runs_cmd::RunsCommand,
+    },
+    /// Worker bundles.
+    Worker {
+        #[command(subcommand)]
+        command: runs_cmd::WorkerCommand,
+    },
+    /// The tamper-evident audit log.
+    Audit {
+        #[command(subcommand)]
+        command: runs_cmd::AuditCommand,
+    },
 }
 
 fn main() -> ExitCode {
@@ -59,5 +85,11 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Sandbox { command } => sandbox_cmd::run(command),
         Command::Proxy(args) => proxy_cmd::run(args),
+        Command::Up(a) => runs_cmd::up(&cli.paths, &a),
+        Command::Run(a) => runs_cmd::run(&cli.paths, &a),
+        Command::Plan(a) => runs_cmd::plan(&cli.paths, &a),
+        Command::Runs { command } => runs_cmd::runs(&cli.paths, &command),
+        Command::Worker { command } => runs_cmd::worker(&command),
+        Command::Audit { command } => runs_cmd::audit(&cli.paths, &command),
     }
 }

@@ -1,0 +1,376 @@
+//! The HTTP API (API-1, API-2 subset for the run spine, API-6 SSE, API-7
+//! health). A thin front end: every handler parses its request into a
+//! service call and renders the outcome; no business logic lives here.
+//!
+//! Until the identity issue lands, the server refuses to bind anything but
+//! loopback (see `airlock up`).
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use airlock_runs::{CreateRun, Service, ServiceError};
+use airlock_store::{DEFAULT_WORKSPACE, RunState};
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::Deserialize;
+use serde_json::json;
+
+/// Shared state of the router.
+#[derive(Clone, Debug)]
+pub struct AppState {
+    pub service: Arc<Service>,
+}
+
+/// The one error shape: `{"error": {"code", "message", "request_id"}}`.
+#[derive(Debug)]
+pub struct ApiError {
+    status: StatusCode,
+    code: &'static str,
+    message: String,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            code,
+            message: message.into(),
+        }
+    }
+    fn not_found() -> Self {
+        Self::new(StatusCode::NOT_FOUND, "not_found", "no such resource")
+    }
+}
+
+fn request_id() -> String {
+    airlock_store::random_id("req")
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        // Never leak internals on 5xx.
+        let message = if self.status.is_server_error() {
+            "internal error".to_string()
+        } else {
+            self.message
+        };
+        let rid = request_id();
+        let mut r = (
+            self.status,
+            Json(json!({"error": {"code": self.code, "message": message, "request_id": rid}})),
+        )
+            .into_response();
+        if let Ok(v) = HeaderValue::from_str(&rid) {
+            r.headers_mut().insert("x-request-id", v);
+        }
+        r
+    }
+}
+
+impl From<ServiceError> for ApiError {
+    fn from(e: ServiceError) -> Self {
+        let status = match &e {
+            ServiceError::UnknownWorker(_) | ServiceError::NotFound => StatusCode::NOT_FOUND,
+            ServiceError::Input(_) => StatusCode::UNPROCESSABLE_ENTITY,
+            ServiceError::Conflict => StatusCode::CONFLICT,
+            ServiceError::Plan(_) => StatusCode::CONFLICT,
+            ServiceError::Store(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        };
+        Self::new(status, e.code(), e.to_string())
+    }
+}
+
+impl From<airlock_store::StoreError> for ApiError {
+    fn from(e: airlock_store::StoreError) -> Self {
+        ServiceError::from(e).into()
+    }
+}
+
+/// Hardening headers on every response, errors included (API-3 subset).
+async fn harden(req: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    let mut r = next.run(req).await;
+    let h = r.headers_mut();
+    h.insert(
+        "x-content-type-options",
+        HeaderValue::from_static("nosniff"),
+    );
+    h.insert("x-frame-options", HeaderValue::from_static("DENY"));
+    h.insert("referrer-policy", HeaderValue::from_static("no-referrer"));
+    h.insert(
+        "content-security-policy",
+        HeaderValue::from_static("default-src 'none'; frame-ancestors 'none'"),
+    );
+    h.insert("cache-control", HeaderValue::from_static("no-store"));
+    if !h.contains_key("x-request-id")
+        && let Ok(v) = HeaderValue::from_str(&request_id())
+    {
+        h.insert("x-request-id", v);
+    }
+    r
+}
+
+/// The router; tests call it without a socket.
+pub fn app(state: AppState) -> Router {
+    Router::new()
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
+        .route("/v1/workers", get(list_workers))
+        .route("/v1/workers/reload", post(reload_workers))
+        .route("/v1/workers/{id}/runs", post(create_run))
+        .route("/v1/runs", get(list_runs))
+        .route("/v1/runs/{id}", get(get_run))
+        .route("/v1/runs/{id}/cancel", post(cancel_run))
+        .route("/v1/runs/{id}/events", get(run_events))
+        .route("/v1/runs/{id}/artifacts/{*name}", get(artifact))
+        .fallback(|| async { ApiError::not_found() })
+        .layer(axum::extract::DefaultBodyLimit::max(1 << 20))
+        .layer(axum::middleware::from_fn(harden))
+        .with_state(state)
+}
+
+async fn readyz(State(s): State<AppState>) -> Response {
+    match s.service.store().ready().await {
+        Ok(true) => (StatusCode::OK, "ready").into_response(),
+        _ => (StatusCode::SERVICE_UNAVAILABLE, "not ready").into_response(),
+    }
+}
+
+async fn list_workers(State(s): State<AppState>) -> Json<serde_json::Value> {
+    let errors: Vec<_> = s
+        .service
+        .worker_errors()
+        .into_iter()
+        .map(|(p, e)| json!({"path": p.file_name().map(|n| n.to_string_lossy().into_owned()), "error": e}))
+        .collect();
+    Json(json!({"workers": s.service.list_workers(), "errors": errors}))
+}
+
+async fn reload_workers(State(s): State<AppState>) -> Json<serde_json::Value> {
+    let (ids, errors) = s.service.reload();
+    let errors: Vec<_> = errors.into_iter().map(|(p, e)| json!({"path": p.file_name().map(|n| n.to_string_lossy().into_owned()), "error": e})).collect();
+    Json(json!({"loaded": ids, "errors": errors}))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CreateBody {
+    #[serde(default)]
+    input: serde_json::Value,
+}
+
+async fn create_run(
+    State(s): State<AppState>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    body: Result<Json<CreateBody>, axum::extract::rejection::JsonRejection>,
+) -> Result<Response, ApiError> {
+    let Json(body) =
+        body.map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "invalid_body", e.body_text()))?;
+    let key = match headers.get("idempotency-key") {
+        Some(v) => Some(
+            v.to_str()
+                .map_err(|_| {
+                    ApiError::new(
+                        StatusCode::BAD_REQUEST,
+                        "invalid_idempotency_key",
+                        "Idempotency-Key must be ASCII",
+                    )
+                })?
+                .to_string(),
+        ),
+        None => None,
+    };
+    let input = if body.input.is_null() {
+        json!({})
+    } else {
+        body.input
+    };
+    let created = s
+        .service
+        .create_run(CreateRun {
+            workspace: DEFAULT_WORKSPACE.into(),
+            worker_id: id,
+            input,
+            trigger: "api".into(),
+            actor: "local".into(),
+            idempotency_key: key,
+        })
+        .await?;
+    let status = if created.created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok((status, Json(json!({"run": created.run}))).into_response())
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ListQuery {
+    state: Option<String>,
+    limit: Option<i64>,
+    cursor: Option<String>,
+}
+
+async fn list_runs(
+    State(s): State<AppState>,
+    q: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let Query(q) =
+        q.map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "invalid_query", e.body_text()))?;
+    let state = match q.state.as_deref() {
+        Some(st) => Some(RunState::parse(st).ok_or_else(|| {
+            ApiError::new(StatusCode::BAD_REQUEST, "invalid_query", "unknown state")
+        })?),
+        None => None,
+    };
+    let limit = q.limit.unwrap_or(50);
+    if !(1..=500).contains(&limit) {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_query",
+            "limit must be between 1 and 500",
+        ));
+    }
+    let runs = s
+        .service
+        .store()
+        .list_runs(DEFAULT_WORKSPACE, state, limit, q.cursor.as_deref())
+        .await?;
+    let next = if i64::try_from(runs.len()).unwrap_or(0) == limit {
+        runs.last().map(|r| r.id.clone())
+    } else {
+        None
+    };
+    Ok(Json(json!({"runs": runs, "next_cursor": next})))
+}
+
+async fn get_run(
+    State(s): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let run = s.service.get(DEFAULT_WORKSPACE, &id).await?;
+    let position = s
+        .service
+        .store()
+        .queue_position(DEFAULT_WORKSPACE, &id)
+        .await?;
+    let artifacts = s.service.store().artifacts(DEFAULT_WORKSPACE, &id).await?;
+    Ok(Json(
+        json!({"run": run, "queue_position": position, "artifacts": artifacts}),
+    ))
+}
+
+async fn cancel_run(
+    State(s): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let state = s.service.cancel(DEFAULT_WORKSPACE, &id, "local").await?;
+    Ok(Json(json!({"id": id, "state": state})))
+}
+
+/// API-6: live events over SSE, resumable with `Last-Event-ID`.
+async fn run_events(
+    State(s): State<AppState>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    s.service.get(DEFAULT_WORKSPACE, &id).await?;
+    let after: i64 = headers
+        .get("last-event-id")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let svc = s.service.clone();
+    let stream = futures_util::stream::unfold(
+        (svc, id, after, false),
+        |(svc, id, after, done)| async move {
+            if done {
+                return None;
+            }
+            loop {
+                let events = svc
+                    .store()
+                    .events(DEFAULT_WORKSPACE, &id, after, 100)
+                    .await
+                    .unwrap_or_default();
+                if !events.is_empty() {
+                    let last = events.last().map_or(after, |e| e.seq);
+                    let batch: Vec<Result<Event, Infallible>> = events
+                        .into_iter()
+                        .map(|e| {
+                            Ok(Event::default()
+                                .id(e.seq.to_string())
+                                .event(e.kind.clone())
+                                .data(e.data.to_string()))
+                        })
+                        .collect();
+                    return Some((futures_util::stream::iter(batch), (svc, id, last, false)));
+                }
+                let terminal = svc
+                    .get(DEFAULT_WORKSPACE, &id)
+                    .await
+                    .map(|r| r.state.is_terminal())
+                    .unwrap_or(true);
+                if terminal {
+                    let end = vec![Ok(Event::default().event("end").data("{}"))];
+                    return Some((futures_util::stream::iter(end), (svc, id, after, true)));
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        },
+    );
+    use futures_util::StreamExt;
+    let flat = stream.flatten();
+    Ok(Sse::new(flat)
+        .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
+        .into_response())
+}
+
+async fn artifact(
+    State(s): State<AppState>,
+    Path((id, name)): Path<(String, String)>,
+) -> Result<Response, ApiError> {
+    let list = s.service.store().artifacts(DEFAULT_WORKSPACE, &id).await?;
+    let a = list
+        .into_iter()
+        .find(|a| a.name == name)
+        .ok_or_else(ApiError::not_found)?;
+    let path = s
+        .service
+        .artifacts()
+        .path(&a.digest)
+        .ok_or_else(ApiError::not_found)?;
+    let file = tokio::fs::File::open(&path)
+        .await
+        .map_err(|_| ApiError::not_found())?;
+    let body = axum::body::Body::from_stream(tokio_util::io::ReaderStream::new(file));
+    let mut r = Response::new(body);
+    let h = r.headers_mut();
+    // Served as an attachment with its sniffed type: never rendered inline.
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_str(a.media_type.as_str())
+            .unwrap_or(HeaderValue::from_static("application/octet-stream")),
+    );
+    let safe: String = a
+        .name
+        .rsplit('/')
+        .next()
+        .unwrap_or("artifact")
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || "._-".contains(*c))
+        .collect();
+    if let Ok(v) = HeaderValue::from_str(&format!("attachment; filename=\"{safe}\"")) {
+        h.insert(header::CONTENT_DISPOSITION, v);
+    }
+    if let Ok(v) = HeaderValue::from_str(&format!("sha-256={}", a.digest)) {
+        h.insert("x-airlock-digest", v);
+    }
+    Ok(r)
+}

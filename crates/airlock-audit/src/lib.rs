@@ -1,0 +1,62 @@
+//! The pure core of airlock's tamper-evident audit log (AUD-1, AUD-2, AUD-4).
+//!
+//! - [`jcs`]: RFC 8785 JSON Canonicalization Scheme, the canonical bytes an event is hashed over.
+//! - [`chain`]: the audit event type, the per-workspace hash chain (the published algorithm),
+//!   appending and verifying.
+//! - [`export`]: JSON Lines export and import; `verify_export.py` next to this crate's manifest
+//!   verifies an export with nothing but the Python 3 standard library.
+//! - [`hex`]: lowercase hex for hashes.
+//!
+//! Architecture invariant: this crate does no I/O, keeps no clock and knows nothing of a
+//! database. Times, ids and redacted metadata come from the caller; storing the chain (and
+//! refusing updates and deletes, AUD-3) and signing checkpoints (AUD-4) live in other crates.
+//! Nothing here panics on input: every malformed or tampered event is an error value.
+//!
+//! ```
+//! use airlock_audit::{Actor, AuditEvent, ChainError, append, verify, verify_against};
+//!
+//! let event = |seq| AuditEvent {
+//!     workspace_id: "ws-1".into(),
+//!     seq,
+//!     at: "2026-01-02T03:04:05Z".into(),
+//!     actor: Actor::System,
+//!     event_type: "config.changed".into(),
+//!     target: None,
+//!     request_id: None,
+//!     run_id: None,
+//!     action_id: None,
+//!     decision: None,
+//!     payload_hash: None,
+//!     result: Some("ok".into()),
+//!     metadata: serde_json::json!({"key": "max_runs", "value": 4}),
+//! };
+//! let first = append(None, event(1))?;
+//! let second = append(Some(&first), event(2))?;
+//! let mut chain = vec![first, second];
+//! let summary = verify(&chain)?;
+//! assert_eq!((summary.count, summary.head), (2, chain[1].hash));
+//!
+//! chain[0].event.metadata["value"] = serde_json::json!(400);
+//! assert_eq!(verify(&chain), Err(ChainError::Edited { seq: 1 }));
+//!
+//! // Truncation shows only against a checkpoint kept outside the database.
+//! chain.truncate(0);
+//! assert!(verify(&chain).is_ok());
+//! assert_eq!(
+//!     verify_against(&chain, Some((2, summary.head))).map_err(|e| e.first_bad_seq()),
+//!     Err(1)
+//! );
+//! # Ok::<(), ChainError>(())
+//! ```
+
+pub mod chain;
+pub mod export;
+pub mod hex;
+pub mod jcs;
+
+pub use chain::{
+    Actor, AuditEvent, ChainError, ChainedEvent, GENESIS, Verifier, VerifySummary, append,
+    event_bytes, link_hash, verify, verify_against,
+};
+pub use export::{ExportError, from_json_line, to_json_line};
+pub use jcs::{JcsError, canonicalize};

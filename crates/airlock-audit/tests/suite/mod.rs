@@ -1,0 +1,6 @@
+mod chain;
+mod export;
+mod jcs;
+mod props;
+mod python;
+mod support;

@@ -1,0 +1,292 @@
+#!/usr/bin/env python3
+"""Verify an airlock audit export (JSON Lines) with the published algorithm, airlock-audit-v1.
+
+Usage: verify_export.py [--workspace ID] [--checkpoint SEQ:HEX] [FILE | -]
+
+Reads FILE (or standard input) and prints either
+
+    ok N events head=<hex>
+
+and exits 0, or
+
+    bad seq N: <reason>
+
+naming the first bad sequence number, and exits 1 (2 for a usage error).
+
+The algorithm (independent of airlock; Python 3 standard library only):
+
+  * Each line is one event of ONE workspace, in order seq = 1, 2, 3, ... without gaps: a JSON
+    object with the members workspace_id, seq, at, actor, event_type, target, request_id,
+    run_id, action_id, decision, payload_hash, result, metadata, prev_hash, hash.
+  * event_bytes = the RFC 8785 (JCS) canonical UTF-8 form of the line's object WITHOUT
+    prev_hash and hash.
+  * prev_hash is 64 zero hex digits for seq 1, else the hash of the previous event.
+  * hash = SHA-256(b"airlock-audit-v1\\n" + bytes.fromhex(prev_hash) + event_bytes), written
+    as 64 lowercase hex digits.
+  * --checkpoint SEQ:HEX (from a signed checkpoint kept outside the database) also requires
+    the chain to reach SEQ with hash HEX there; that catches truncation and rewrites.
+
+Checks per event, in this order: workspace, sequence number, the event's own hash, its link
+to the previous event, the checkpoint. The same order and reasons as `airlock audit verify`.
+"""
+
+import hashlib
+import json
+import math
+import re
+import sys
+
+DOMAIN = b"airlock-audit-v1\n"
+GENESIS = bytes(32)
+EVENT_FIELDS = (
+    "workspace_id", "seq", "at", "actor", "event_type", "target", "request_id", "run_id",
+    "action_id", "decision", "payload_hash", "result", "metadata",
+)
+OPTIONAL_STRINGS = ("target", "request_id", "run_id", "action_id", "decision", "payload_hash",
+                    "result")
+HASH_RE = re.compile(r"[0-9a-f]{64}\Z")
+MAX_DEPTH = 127
+
+
+class Bad(Exception):
+    def __init__(self, seq, reason):
+        super().__init__(f"bad seq {seq}: {reason}")
+        self.seq = seq
+        self.reason = reason
+
+
+# ---- RFC 8785 (JCS) -------------------------------------------------------------------------
+
+def es_number(x):
+    """ECMAScript Number.prototype.toString for a finite float."""
+    if math.isnan(x) or math.isinf(x):
+        raise ValueError("number is not finite")
+    if x == 0:
+        return "0"  # also -0
+    sign = "-" if x < 0 else ""
+    r = repr(abs(x))  # shortest round-trip digits
+    mant, _, exp = r.partition("e")
+    int_part, _, frac_part = mant.partition(".")
+    digits = int_part + frac_part
+    n = len(int_part) + (int(exp) if exp else 0)  # x = 0.digits * 10^n
+    stripped = digits.lstrip("0")
+    n -= len(digits) - len(stripped)
+    digits = stripped.rstrip("0")
+    k = len(digits)
+    if k <= n <= 21:
+        s = digits + "0" * (n - k)
+    elif 0 < n <= 21:
+        s = digits[:n] + "." + digits[n:]
+    elif -6 < n <= 0:
+        s = "0." + "0" * (-n) + digits
+    else:
+        e = n - 1
+        s = digits[0] + ("." + digits[1:] if k > 1 else "") + "e" + ("+" if e >= 0 else "-") + str(abs(e))
+    return sign + s
+
+
+def jcs_number(v):
+    if isinstance(v, int):
+        try:
+            s = es_number(float(v))
+        except OverflowError:
+            s = None
+        if s != str(v):
+            shown = str(v) if v.bit_length() <= 128 else "of %d bits" % v.bit_length()
+            raise ValueError(f"integer {shown} cannot be represented exactly as an IEEE-754 double")
+        return s
+    return es_number(v)
+
+
+def jcs_string(s):
+    out = ['"']
+    for ch in s:
+        c = ord(ch)
+        if ch == '"':
+            out.append('\\"')
+        elif ch == "\\":
+            out.append("\\\\")
+        elif c < 0x20:
+            out.append({8: "\\b", 9: "\\t", 10: "\\n", 12: "\\f", 13: "\\r"}.get(c, "\\u%04x" % c))
+        elif 0xD800 <= c <= 0xDFFF:
+            raise ValueError("string contains a lone surrogate")
+        else:
+            out.append(ch)
+    out.append('"')
+    return "".join(out)
+
+
+def jcs(v, depth=0):
+    if v is None:
+        return "null"
+    if v is True:
+        return "true"
+    if v is False:
+        return "false"
+    if isinstance(v, (int, float)):
+        return jcs_number(v)
+    if isinstance(v, str):
+        return jcs_string(v)
+    if depth >= MAX_DEPTH:
+        raise ValueError(f"json nests deeper than {MAX_DEPTH} arrays or objects")
+    if isinstance(v, list):
+        return "[" + ",".join(jcs(x, depth + 1) for x in v) + "]"
+    if isinstance(v, dict):
+        keys = sorted(v, key=lambda k: k.encode("utf-16-be", "surrogatepass"))
+        return "{" + ",".join(jcs_string(k) + ":" + jcs(v[k], depth + 1) for k in keys) + "}"
+    raise ValueError(f"unexpected value {v!r}")
+
+
+def canonical_bytes(v):
+    return jcs(v).encode("utf-8")
+
+
+# ---- one line -------------------------------------------------------------------------------
+
+def _pairs(pairs):
+    obj = {}
+    for k, v in pairs:
+        if k in obj:
+            raise ValueError("repeated object key")
+        obj[k] = v
+    return obj
+
+
+def _no_constant(name):
+    raise ValueError(f"{name} is not json")
+
+
+def parse_line(line):
+    """The line's object, checked for shape; raises ValueError."""
+    obj = json.loads(line, object_pairs_hook=_pairs, parse_constant=_no_constant)
+    if not isinstance(obj, dict):
+        raise ValueError("line is not a json object")
+    for name in EVENT_FIELDS + ("prev_hash", "hash"):
+        if name not in obj:
+            raise ValueError(f"member `{name}` is missing")
+    for name in obj:
+        if name not in EVENT_FIELDS and name not in ("prev_hash", "hash"):
+            raise ValueError(f"member `{name}` is not part of an exported event")
+    for name in ("prev_hash", "hash"):
+        if not isinstance(obj[name], str) or not HASH_RE.match(obj[name]):
+            raise ValueError(f"member `{name}` is not 64 lowercase hex digits")
+    seq = obj["seq"]
+    if isinstance(seq, bool) or not isinstance(seq, int) or not 0 <= seq < 2**64:
+        raise ValueError("seq is not an unsigned integer")
+    for name in ("workspace_id", "at", "event_type"):
+        if not isinstance(obj[name], str):
+            raise ValueError(f"`{name}` is not a string")
+    for name in OPTIONAL_STRINGS:
+        if obj[name] is not None and not isinstance(obj[name], str):
+            raise ValueError(f"`{name}` is neither a string nor null")
+    actor = obj["actor"]
+    ok_actor = isinstance(actor, dict) and (
+        (actor.get("kind") in ("human", "agent", "service") and set(actor) == {"kind", "id"}
+         and isinstance(actor["id"], str))
+        or actor == {"kind": "system"})
+    if not ok_actor:
+        raise ValueError("`actor` is not an actor")
+    if not isinstance(obj["metadata"], dict):
+        raise ValueError("event metadata is not a json object")
+    return obj
+
+
+# ---- the chain ------------------------------------------------------------------------------
+
+def verify(lines, workspace=None, checkpoint=None):
+    """Returns (count, head bytes); raises Bad."""
+    count, head, gap_at = 0, GENESIS, None
+    for line_no, line in enumerate(lines, 1):
+        if line.strip() == "":
+            continue
+        expected = count + 1
+        try:
+            obj = parse_line(line)
+        except (ValueError, RecursionError) as e:
+            if gap_at is not None:
+                raise Bad(gap_at, f"event {gap_at} is missing")
+            raise Bad(expected, f"line {line_no}: {e}")
+        seq = obj["seq"]
+        if gap_at is not None:
+            if seq == gap_at:
+                raise Bad(gap_at, f"event {gap_at} is out of order")
+            continue
+        if workspace is None:
+            workspace = obj["workspace_id"]
+        elif obj["workspace_id"] != workspace:
+            raise Bad(seq, f"event {seq} belongs to another workspace")
+        if seq > expected:
+            gap_at = expected
+            continue
+        if seq < expected:
+            if seq == 0:
+                raise Bad(seq, f"event {seq} is out of order")
+            raise Bad(seq, f"sequence number {seq} appears more than once")
+        prev = bytes.fromhex(obj.pop("prev_hash"))
+        stored = bytes.fromhex(obj.pop("hash"))
+        try:
+            event_bytes = canonical_bytes(obj)
+        except (ValueError, RecursionError) as e:
+            raise Bad(seq, f"event {seq} has no canonical form: {e}")
+        if hashlib.sha256(DOMAIN + prev + event_bytes).digest() != stored:
+            raise Bad(seq, f"event {seq} was edited: its hash does not match its contents")
+        if prev != head:
+            raise Bad(seq, f"event {seq} does not link to the event before it")
+        if checkpoint is not None and checkpoint[0] == seq and checkpoint[1] != stored:
+            raise Bad(seq, f"event {seq} does not match the checkpoint's head hash")
+        count, head = seq, stored
+    if gap_at is not None:
+        raise Bad(gap_at, f"event {gap_at} is missing")
+    if checkpoint is not None:
+        cp_seq, cp_head = checkpoint
+        if count < cp_seq:
+            raise Bad(count + 1, f"chain ends at event {count} but a checkpoint covers event {cp_seq}")
+        if cp_seq == 0 and cp_head != GENESIS:
+            raise Bad(0, "event 0 does not match the checkpoint's head hash")
+    return count, head
+
+
+def read_lines(path):
+    data = sys.stdin.buffer.read() if path in (None, "-") else open(path, "rb").read()
+    text = data.decode("utf-8")  # strict: invalid UTF-8 is an error
+    return text.split("\n")
+
+
+def main(argv):
+    workspace, checkpoint, path = None, None, None
+    args = list(argv)
+    while args:
+        a = args.pop(0)
+        if a == "--workspace" and args:
+            workspace = args.pop(0)
+        elif a == "--checkpoint" and args:
+            seq, _, hx = args.pop(0).partition(":")
+            if not seq.isdigit() or not HASH_RE.match(hx):
+                print("usage: --checkpoint SEQ:HEX (64 lowercase hex digits)", file=sys.stderr)
+                return 2
+            checkpoint = (int(seq), bytes.fromhex(hx))
+        elif a in ("-h", "--help"):
+            print(__doc__)
+            return 0
+        elif path is None and (a == "-" or not a.startswith("-")):
+            path = a
+        else:
+            print("usage: verify_export.py [--workspace ID] [--checkpoint SEQ:HEX] [FILE | -]",
+                  file=sys.stderr)
+            return 2
+    try:
+        lines = read_lines(path)
+    except (OSError, UnicodeDecodeError) as e:
+        print(f"cannot read export: {e}", file=sys.stderr)
+        return 2
+    try:
+        count, head = verify(lines, workspace, checkpoint)
+    except Bad as e:
+        print(e)
+        return 1
+    print(f"ok {count} events head={head.hex()}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,573 @@
+//! The run spine's commands: `up`, `run`, `plan`, `runs …`, `worker
+//! validate`, `audit verify`. Each parses its arguments into a service call
+//! and renders the outcome; the pipeline is the same one the server uses.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use airlock_runs::{Config, CreateRun, Service};
+use airlock_store::{DEFAULT_WORKSPACE, RunRecord, RunState, Store};
+use clap::{Args, Subcommand};
+
+/// Where things live (SPEC §2), from the environment with embedded defaults.
+#[derive(Debug, Clone, Args)]
+pub struct Paths {
+    /// Data directory (SQLite database, artifacts).
+    #[arg(long, env = "AIRLOCK_DATA_DIR", default_value = "data", global = true)]
+    data_dir: PathBuf,
+    /// Worker bundles folder.
+    #[arg(
+        long,
+        env = "AIRLOCK_WORKERS_DIR",
+        default_value = "workers",
+        global = true
+    )]
+    workers_dir: PathBuf,
+    /// Database URL; default: SQLite in the data directory.
+    #[arg(long, env = "AIRLOCK_DATABASE_URL", global = true)]
+    database_url: Option<String>,
+    /// Operator egress policy (credential channels).
+    #[arg(long, env = "AIRLOCK_EGRESS_POLICY", global = true)]
+    egress_policy: Option<PathBuf>,
+}
+
+impl Paths {
+    fn url(&self) -> String {
+        self.database_url
+            .clone()
+            .unwrap_or_else(|| format!("sqlite://{}", self.data_dir.join("airlock.db").display()))
+    }
+    fn config(&self) -> Config {
+        let mut c = Config::with_defaults(self.data_dir.clone(), self.workers_dir.clone());
+        c.egress_policy = self.egress_policy.clone();
+        if let Some(ms) = std::env::var("AIRLOCK_LEASE_MS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+        {
+            c.lease = Duration::from_millis(ms);
+        }
+        if let Some(n) = std::env::var("AIRLOCK_MAX_CONCURRENT")
+            .ok()
+            .and_then(|v| v.parse().ok())
+        {
+            c.max_concurrent = n;
+        }
+        c
+    }
+}
+
+pub fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+}
+
+async fn open(paths: &Paths) -> Result<Arc<Service>, String> {
+    std::fs::create_dir_all(&paths.data_dir)
+        .map_err(|e| format!("cannot create {}: {e}", paths.data_dir.display()))?;
+    let store = Store::open(&paths.url())
+        .await
+        .map_err(|e| format!("cannot open the database: {e}"))?;
+    Service::open(store, paths.config()).map_err(|e| format!("cannot open the data directory: {e}"))
+}
+
+fn err(msg: impl std::fmt::Display) -> ExitCode {
+    eprintln!("airlock: {msg}");
+    ExitCode::from(125)
+}
+
+/// Exit status of `airlock run`: 0 succeeded, 1 ended otherwise, 125 airlock error.
+fn run_exit(r: &RunRecord) -> ExitCode {
+    if r.state == RunState::Succeeded {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}
+
+fn parse_input(s: &str) -> Result<serde_json::Value, String> {
+    let text = match s.strip_prefix('@') {
+        Some(path) => std::fs::read_to_string(path).map_err(|e| format!("--input @{path}: {e}"))?,
+        None => s.to_string(),
+    };
+    if text.len() > 1 << 20 {
+        return Err("--input is larger than 1 MiB".into());
+    }
+    serde_json::from_str(&text).map_err(|e| format!("--input is not valid JSON: {e}"))
+}
+
+// ---------------------------------------------------------------- up
+
+#[derive(Debug, Args)]
+pub struct UpArgs {
+    /// Listen address (loopback only until authentication lands).
+    #[arg(long, env = "AIRLOCK_LISTEN", default_value = "127.0.0.1:8000")]
+    listen: String,
+}
+
+pub fn up(paths: &Paths, a: &UpArgs) -> ExitCode {
+    let addr: std::net::SocketAddr = match a.listen.parse() {
+        Ok(x) => x,
+        Err(_) => return err(format!("--listen {:?} is not an address", a.listen)),
+    };
+    if !addr.ip().is_loopback() {
+        return err(
+            "airlock up binds loopback only until authentication lands (identity issue); use 127.0.0.1",
+        );
+    }
+    let rt = match runtime() {
+        Ok(r) => r,
+        Err(e) => return err(e),
+    };
+    rt.block_on(async move {
+        let svc = match open(paths).await {
+            Ok(s) => s,
+            Err(e) => return err(e),
+        };
+        for (path, e) in svc.worker_errors() {
+            eprintln!("airlock: skipped worker {}: {e}", path.display());
+        }
+        match svc.recover_startup().await {
+            Ok(r) if !r.is_empty() => eprintln!("airlock: recovered {} run(s) from a previous start", r.len()),
+            Ok(_) => {}
+            Err(e) => return err(format!("startup recovery failed: {e}")),
+        }
+        let listener = match tokio::net::TcpListener::bind(addr).await {
+            Ok(l) => l,
+            Err(e) => return err(format!("cannot listen on {addr}: {e}")),
+        };
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        let executor = tokio::spawn(svc.clone().run_executor(stop_rx.clone()));
+        let reaper = tokio::spawn(svc.clone().run_reaper(stop_rx.clone()));
+        let workers = svc.list_workers().len();
+        println!(
+            "{}",
+            serde_json::json!({"event": "listening", "address": addr.to_string(), "workers": workers, "database": svc.store().backend()})
+        );
+        eprintln!("airlock: serving {workers} worker(s) on http://{addr} (loopback only, no authentication yet)");
+        let app = airlock_api::app(airlock_api::AppState { service: svc.clone() });
+        let shutdown = async {
+            let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending::<()>().await } } => {}
+            }
+        };
+        let served = axum::serve(listener, app).with_graceful_shutdown(shutdown).await;
+        // SIGTERM drain: stop claiming; running work finishes (DUR-2).
+        let _ = stop_tx.send(true);
+        let _ = executor.await;
+        reaper.abort();
+        match served {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => err(e),
+        }
+    })
+}
+
+// ---------------------------------------------------------------- run / plan
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Worker id (omit with --plan).
+    #[arg(required_unless_present = "plan")]
+    worker: Option<String>,
+    /// Input as JSON, or @FILE.
+    #[arg(long, default_value = "{}")]
+    input: String,
+    /// Execute exactly this plan (from `airlock plan`).
+    #[arg(long, conflicts_with = "worker")]
+    plan: Option<String>,
+    /// Idempotency key: the same key and request return the original run.
+    #[arg(long)]
+    idempotency_key: Option<String>,
+    /// Print the run as one JSON object.
+    #[arg(long)]
+    json: bool,
+    /// Print log lines as they arrive.
+    #[arg(long)]
+    follow: bool,
+}
+
+pub fn run(paths: &Paths, a: &RunArgs) -> ExitCode {
+    let rt = match runtime() {
+        Ok(r) => r,
+        Err(e) => return err(e),
+    };
+    rt.block_on(async move {
+        let svc = match open(paths).await {
+            Ok(s) => s,
+            Err(e) => return err(e),
+        };
+        let created = match (&a.plan, &a.worker) {
+            (Some(token), _) => svc.run_plan(DEFAULT_WORKSPACE, token, "cli").await,
+            (None, Some(worker)) => {
+                let input = match parse_input(&a.input) {
+                    Ok(i) => i,
+                    Err(e) => return err(e),
+                };
+                svc.create_run(CreateRun {
+                    workspace: DEFAULT_WORKSPACE.into(),
+                    worker_id: worker.clone(),
+                    input,
+                    trigger: "cli".into(),
+                    actor: "cli".into(),
+                    idempotency_key: a.idempotency_key.clone(),
+                })
+                .await
+            }
+            (None, None) => return err("give a worker id or --plan"),
+        };
+        let created = match created {
+            Ok(c) => c,
+            Err(e) => return err(format!("{}: {e}", e.code())),
+        };
+        let id = created.run.id.clone();
+        if created.created {
+            // Execute this run in this process, through the same pipeline.
+            let claim = match svc
+                .store()
+                .claim_run(
+                    &format!("cli:{}", std::process::id()),
+                    svc.config().lease,
+                    &id,
+                )
+                .await
+            {
+                Ok(Some(c)) => Some(c),
+                Ok(None) => None,
+                Err(e) => return err(e),
+            };
+            if let Some(claim) = claim {
+                let follower = a
+                    .follow
+                    .then(|| tokio::spawn(follow(svc.clone(), id.clone())));
+                svc.execute(claim).await;
+                if let Some(f) = follower {
+                    let _ = f.await;
+                }
+            }
+        }
+        let run = match svc.get(DEFAULT_WORKSPACE, &id).await {
+            Ok(r) => r,
+            Err(e) => return err(e),
+        };
+        print_run(&svc, &run, a.json).await;
+        run_exit(&run)
+    })
+}
+
+async fn follow(svc: Arc<Service>, id: String) {
+    let mut after = 0;
+    loop {
+        let events = svc
+            .store()
+            .events(DEFAULT_WORKSPACE, &id, after, 500)
+            .await
+            .unwrap_or_default();
+        for e in &events {
+            after = e.seq;
+            if e.kind == "log" {
+                let text = e.data["text"].as_str().unwrap_or("");
+                if e.data["stream"] == "stderr" {
+                    eprint!("{text}");
+                } else {
+                    print!("{text}");
+                }
+            }
+        }
+        let _ = std::io::stdout().flush();
+        let done = svc
+            .get(DEFAULT_WORKSPACE, &id)
+            .await
+            .map(|r| r.state.is_terminal())
+            .unwrap_or(true);
+        if done && events.is_empty() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn print_run(svc: &Service, run: &RunRecord, json: bool) {
+    let artifacts = svc
+        .store()
+        .artifacts(DEFAULT_WORKSPACE, &run.id)
+        .await
+        .unwrap_or_default();
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({"run": run, "artifacts": artifacts})
+        );
+        return;
+    }
+    let code = run
+        .error_code
+        .as_deref()
+        .map(|c| format!(" ({c})"))
+        .unwrap_or_default();
+    println!(
+        "{} {} {}{}",
+        run.id,
+        run.worker_id,
+        run.state.as_str(),
+        code
+    );
+    if let Some(m) = &run.error_message {
+        println!("  {m}");
+    }
+    if let Some(o) = &run.outputs
+        && o.as_object().is_some_and(|o| !o.is_empty())
+    {
+        println!("  outputs: {o}");
+    }
+    for a in artifacts {
+        println!(
+            "  artifact {} ({} bytes, {}, sha256 {})",
+            a.name, a.size, a.media_type, a.digest
+        );
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct PlanArgs {
+    worker: String,
+    #[arg(long, default_value = "{}")]
+    input: String,
+    /// Seconds until the token expires.
+    #[arg(long, default_value_t = 900)]
+    ttl: u64,
+}
+
+pub fn plan(paths: &Paths, a: &PlanArgs) -> ExitCode {
+    let rt = match runtime() {
+        Ok(r) => r,
+        Err(e) => return err(e),
+    };
+    rt.block_on(async move {
+        let svc = match open(paths).await {
+            Ok(s) => s,
+            Err(e) => return err(e),
+        };
+        let input = match parse_input(&a.input) {
+            Ok(i) => i,
+            Err(e) => return err(e),
+        };
+        match svc
+            .plan(
+                DEFAULT_WORKSPACE,
+                &a.worker,
+                &input,
+                Duration::from_secs(a.ttl.clamp(1, 7 * 86_400)),
+            )
+            .await
+        {
+            Ok((token, plan)) => {
+                println!("{}", serde_json::json!({"token": token, "plan": plan}));
+                ExitCode::SUCCESS
+            }
+            Err(e) => err(format!("{}: {e}", e.code())),
+        }
+    })
+}
+
+// ---------------------------------------------------------------- runs …
+
+#[derive(Debug, Subcommand)]
+pub enum RunsCommand {
+    /// Newest first.
+    List {
+        #[arg(long)]
+        state: Option<String>,
+        #[arg(long, default_value_t = 20)]
+        limit: i64,
+        #[arg(long)]
+        json: bool,
+    },
+    Get {
+        id: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print a run's log (and, with --follow, wait for more).
+    Logs {
+        id: String,
+        #[arg(long)]
+        follow: bool,
+    },
+    /// Cancel (idempotent): queued never starts, running is killed.
+    Cancel { id: String },
+}
+
+pub fn runs(paths: &Paths, cmd: &RunsCommand) -> ExitCode {
+    let rt = match runtime() {
+        Ok(r) => r,
+        Err(e) => return err(e),
+    };
+    rt.block_on(async move {
+        let svc = match open(paths).await {
+            Ok(s) => s,
+            Err(e) => return err(e),
+        };
+        match cmd {
+            RunsCommand::List { state, limit, json } => {
+                let st = match state.as_deref().map(RunState::parse) {
+                    Some(None) => return err("unknown --state"),
+                    Some(s) => s,
+                    None => None,
+                };
+                let runs = match svc
+                    .store()
+                    .list_runs(DEFAULT_WORKSPACE, st, (*limit).clamp(1, 500), None)
+                    .await
+                {
+                    Ok(r) => r,
+                    Err(e) => return err(e),
+                };
+                if *json {
+                    println!("{}", serde_json::json!({"runs": runs}));
+                } else {
+                    for r in runs {
+                        println!(
+                            "{}  {:<12} {:<10} {}",
+                            r.id,
+                            r.worker_id,
+                            r.state.as_str(),
+                            r.error_code.unwrap_or_default()
+                        );
+                    }
+                }
+                ExitCode::SUCCESS
+            }
+            RunsCommand::Get { id, json } => match svc.get(DEFAULT_WORKSPACE, id).await {
+                Ok(r) => {
+                    print_run(&svc, &r, *json).await;
+                    ExitCode::SUCCESS
+                }
+                Err(e) => err(e),
+            },
+            RunsCommand::Logs { id, follow: f } => {
+                if svc.get(DEFAULT_WORKSPACE, id).await.is_err() {
+                    return err("not found");
+                }
+                if *f {
+                    follow(svc.clone(), id.clone()).await;
+                } else {
+                    let events = svc
+                        .store()
+                        .events(DEFAULT_WORKSPACE, id, 0, 10_000)
+                        .await
+                        .unwrap_or_default();
+                    for e in events.iter().filter(|e| e.kind == "log") {
+                        print!("{}", e.data["text"].as_str().unwrap_or(""));
+                    }
+                }
+                ExitCode::SUCCESS
+            }
+            RunsCommand::Cancel { id } => match svc.cancel(DEFAULT_WORKSPACE, id, "cli").await {
+                Ok(state) => {
+                    println!("{id} {}", state.as_str());
+                    ExitCode::SUCCESS
+                }
+                Err(e) => err(e),
+            },
+        }
+    })
+}
+
+// ---------------------------------------------------------------- worker validate
+
+#[derive(Debug, Subcommand)]
+pub enum WorkerCommand {
+    /// Lint a bundle offline (RUN-2): exit 0 and a summary, or exit 1 and one line per problem.
+    Validate { dir: PathBuf },
+}
+
+pub fn worker(cmd: &WorkerCommand) -> ExitCode {
+    match cmd {
+        WorkerCommand::Validate { dir } => match airlock_worker::load_bundle(dir) {
+            Ok(b) => {
+                let m = &b.manifest;
+                println!(
+                    "ok {} ({} inputs, {} outputs, timeout {} s, memory {} MiB)",
+                    b.id.as_str(),
+                    m.inputs.len(),
+                    m.outputs.len(),
+                    m.limits.timeout_s,
+                    m.limits.memory_mb
+                );
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                for p in e.problems() {
+                    println!("{p}");
+                }
+                ExitCode::from(1)
+            }
+        },
+    }
+}
+
+// ---------------------------------------------------------------- audit verify
+
+#[derive(Debug, Subcommand)]
+pub enum AuditCommand {
+    /// Verify every workspace's hash chain; names the first bad sequence number.
+    Verify,
+}
+
+pub fn audit(paths: &Paths, cmd: &AuditCommand) -> ExitCode {
+    let AuditCommand::Verify = cmd;
+    let rt = match runtime() {
+        Ok(r) => r,
+        Err(e) => return err(e),
+    };
+    rt.block_on(async move {
+        let store = match Store::open(&paths.url()).await {
+            Ok(s) => s,
+            Err(e) => return err(format!("cannot open the database: {e}")),
+        };
+        let workspaces = match store.audit_workspaces().await {
+            Ok(w) => w,
+            Err(e) => return err(e),
+        };
+        let mut bad = false;
+        for ws in workspaces {
+            let lines = match store.audit_lines(&ws).await {
+                Ok(l) => l,
+                Err(e) => return err(e),
+            };
+            let mut events = Vec::new();
+            for (i, l) in lines.iter().enumerate() {
+                match airlock_audit::from_json_line(l) {
+                    Ok(e) => events.push(e),
+                    Err(e) => {
+                        println!("{ws}: bad seq {}: unreadable event: {e}", i + 1);
+                        bad = true;
+                    }
+                }
+            }
+            match airlock_audit::chain::verify(events.iter()) {
+                Ok(s) => println!(
+                    "{ws}: ok {} events head={}",
+                    s.count,
+                    airlock_audit::hex::encode(&s.head)
+                ),
+                Err(e) => {
+                    println!("{ws}: bad seq {}: {e}", e.first_bad_seq());
+                    bad = true;
+                }
+            }
+        }
+        if bad {
+            ExitCode::from(1)
+        } else {
+            ExitCode::SUCCESS
+        }
+    })
+}

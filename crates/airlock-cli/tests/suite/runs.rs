@@ -1,0 +1,623 @@
+//! The run spine end to end (RUN-1 … RUN-7, DUR-1 … DUR-5, API-8, AUD-1 …
+//! AUD-3): the real binary, a real SQLite database, real sandboxes.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::suite::support::*;
+
+/// A data dir and a workers dir for one test.
+struct Env {
+    _root: tempfile::TempDir,
+    data: PathBuf,
+    workers: PathBuf,
+}
+
+impl Env {
+    fn new() -> Self {
+        let root = workdir(Who::Invoker);
+        let data = root.path().join("data");
+        let workers = root.path().join("workers");
+        std::fs::create_dir_all(&workers).unwrap();
+        Self {
+            data,
+            workers,
+            _root: root,
+        }
+    }
+    fn with_examples() -> Self {
+        let env = Self::new();
+        let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../workers");
+        for e in std::fs::read_dir(&examples).unwrap().flatten() {
+            let dst = env.workers.join(e.file_name());
+            std::fs::create_dir_all(&dst).unwrap();
+            for f in std::fs::read_dir(e.path()).unwrap().flatten() {
+                std::fs::copy(f.path(), dst.join(f.file_name())).unwrap();
+            }
+        }
+        env
+    }
+    fn cmd(&self) -> Command {
+        let mut c = airlock(Who::Invoker);
+        c.env("AIRLOCK_DATA_DIR", &self.data)
+            .env("AIRLOCK_WORKERS_DIR", &self.workers);
+        c
+    }
+    /// A `sh` worker with `script` as its entry.
+    fn sh_worker(&self, id: &str, extra_toml: &str, script: &str) {
+        let dir = self.workers.join(id);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(
+            dir.join("worker.toml"),
+            format!("[worker]\nid = \"{id}\"\ntitle = \"{id}\"\ndescription = \"test worker\"\nkind = \"script\"\nentry = \"run.sh\"\nruntime = \"sh\"\n{extra_toml}\n"),
+        )
+        .unwrap();
+        std::fs::write(dir.join("run.sh"), script).unwrap();
+    }
+    fn run_json(&self, args: &[&str]) -> (Value, i32, String) {
+        let out = self
+            .cmd()
+            .arg("run")
+            .args(args)
+            .arg("--json")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        let v = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+        (v, out.status.code().unwrap_or(-1), stderr)
+    }
+}
+
+fn state(v: &Value) -> &str {
+    v["run"]["state"].as_str().unwrap_or("")
+}
+
+#[test]
+fn run_1_each_example_worker_end_to_end() {
+    let env = Env::with_examples();
+    let (v, code, err) =
+        env.run_json(&["hello-python", "--input", r#"{"name": "Ada", "times": 2}"#]);
+    assert_eq!((state(&v), code), ("succeeded", 0), "{v} {err}");
+    assert_eq!(v["run"]["outputs"]["greeting"], "Hello, Ada!");
+    let names: Vec<&str> = v["artifacts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["name"].as_str().unwrap())
+        .collect();
+    assert!(names.contains(&"report.txt"), "{names:?}");
+    assert_eq!(v["run"]["containment"]["level"], "namespaces");
+
+    let (v, code, err) = env.run_json(&["shell-stats", "--input", r#"{"text": "one two\nthree"}"#]);
+    assert_eq!((state(&v), code), ("succeeded", 0), "{v} {err}");
+    assert_eq!(v["run"]["outputs"]["words"], 3);
+
+    let (v, code, err) = env.run_json(&[
+        "node-json",
+        "--input",
+        r#"{"document": {"b": 2, "a": [1, 2]}}"#,
+    ]);
+    assert_eq!((state(&v), code), ("succeeded", 0), "{v} {err}");
+
+    // No route to the internet here: the egress worker runs, its proxy
+    // refuses (no DNS), and the run fails with the egress summary recorded.
+    let (v, code, _) = env.run_json(&["fetch-status"]);
+    assert_eq!((state(&v), code), ("failed", 1), "{v}");
+    assert!(
+        v["run"]["egress"]["denied"].as_u64().unwrap_or(0) >= 1,
+        "{v}"
+    );
+
+    let (v, code, _) = env.run_json(&["triage-agent", "--input", r#"{"issue": "crash on start"}"#]);
+    assert_eq!((state(&v), code), ("blocked", 1), "{v}");
+    assert_eq!(v["run"]["error_code"], "agent_unavailable");
+
+    // Bad input never creates a run.
+    let (_, code, err) = env.run_json(&["hello-python", "--input", r#"{"name": 5}"#]);
+    assert_eq!(code, 125);
+    assert!(err.contains("input_invalid"), "{err}");
+    let (_, code, err) = env.run_json(&["no-such-worker"]);
+    assert_eq!(code, 125);
+    assert!(err.contains("unknown_worker"), "{err}");
+
+    // Every state change is on the chain.
+    let out = env.cmd().args(["audit", "verify"]).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
+
+#[test]
+fn dur_4_output_attacks_are_rejected_and_nothing_outside_is_read() {
+    let env = Env::new();
+    let secret_dir = workdir(Who::Invoker);
+    let secret = secret_dir.path().join("host-secret");
+    std::fs::write(&secret, SENTINEL).unwrap();
+    let secret_path = secret.display().to_string();
+    let cases = [
+        ("symlink", format!("ln -s /etc/passwd /airlock/output/link\nln -s {secret_path} /airlock/output/host"), "output_symlink"),
+        ("fifo", "mkfifo /airlock/output/pipe".to_string(), "output_not_regular"),
+        ("hardlink", "echo x > /airlock/output/a\nln /airlock/output/a /airlock/output/b".to_string(), "output_hard_link"),
+        ("many", "i=0; while [ $i -lt 1200 ]; do : > /airlock/output/f$i; i=$((i+1)); done".to_string(), "output_too_many_files"),
+        ("big", "head -c 200000 /dev/zero > /airlock/output/big".to_string(), "output_too_large"),
+        ("deep", "d=/airlock/output; for i in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18; do d=$d/d; done; mkdir -p $d; : > $d/f".to_string(), "output_too_deep"),
+        ("notjson", "echo 'not json' > /airlock/output/result.json".to_string(), "schema_violation"),
+    ];
+    for (id, script, _) in &cases {
+        env.sh_worker(
+            id,
+            "[limits]\noutput_bytes = 100000\n",
+            &format!("set -e\n{script}\n"),
+        );
+    }
+    for (id, _, code) in cases {
+        let (v, rc, err) = env.run_json(&[id]);
+        assert_eq!(state(&v), "failed", "{id}: {v} {err}");
+        assert_eq!(v["run"]["error_code"], code, "{id}: {v}");
+        assert_eq!(rc, 1);
+    }
+    // Nothing outside the output folder reached the artifact store.
+    let mut stack = vec![env.data.join("artifacts")];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            if e.path().is_dir() {
+                stack.push(e.path());
+            } else {
+                let bytes = std::fs::read(e.path()).unwrap_or_default();
+                assert!(
+                    !String::from_utf8_lossy(&bytes).contains(SENTINEL),
+                    "host secret published"
+                );
+                assert!(
+                    !String::from_utf8_lossy(&bytes).contains("root:x:0:0"),
+                    "host passwd published"
+                );
+            }
+        }
+    }
+    // Positive control: a clean output folder publishes.
+    env.sh_worker(
+        "clean",
+        "[outputs.ok]\ntype = \"boolean\"\n",
+        "echo '{\"ok\": true}' > /airlock/output/result.json\necho hi > /airlock/output/note.txt\n",
+    );
+    let (v, _, err) = env.run_json(&["clean"]);
+    assert_eq!(state(&v), "succeeded", "{v} {err}");
+}
+
+#[test]
+fn run_3_missing_required_output_is_a_schema_violation() {
+    let env = Env::new();
+    env.sh_worker(
+        "needs-output",
+        "[outputs.answer]\ntype = \"string\"\nrequired = true\n",
+        "echo '{}' > /airlock/output/result.json\n",
+    );
+    let (v, _, _) = env.run_json(&["needs-output"]);
+    assert_eq!(
+        (state(&v), v["run"]["error_code"].as_str()),
+        ("failed", Some("schema_violation")),
+        "{v}"
+    );
+    env.sh_worker(
+        "gives-output",
+        "[outputs.answer]\ntype = \"string\"\nrequired = true\n",
+        "echo '{\"answer\": \"42\"}' > /airlock/output/result.json\n",
+    );
+    let (v, _, _) = env.run_json(&["gives-output"]);
+    assert_eq!(state(&v), "succeeded", "{v}");
+}
+
+#[test]
+fn dur_3_plan_tokens_are_single_use_expire_and_pin_the_worker() {
+    let env = Env::new();
+    env.sh_worker(
+        "planned",
+        "[inputs.n]\ntype = \"number\"\n",
+        "echo '{}' > /airlock/output/result.json\n",
+    );
+    let plan = |ttl: &str| -> String {
+        let out = env
+            .cmd()
+            .args(["plan", "planned", "--input", r#"{"n": 1}"#, "--ttl", ttl])
+            .output()
+            .unwrap();
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        v["token"].as_str().unwrap().to_string()
+    };
+    let token = plan("600");
+    let (v, code, err) = env.run_json(&["--plan", &token]);
+    assert_eq!((state(&v), code), ("succeeded", 0), "{v} {err}");
+    assert_eq!(v["run"]["trigger"], "plan");
+    let (_, code, err) = env.run_json(&["--plan", &token]);
+    assert_eq!(code, 125);
+    assert!(err.contains("already used"), "{err}");
+    let (_, code, err) = env.run_json(&["--plan", &format!("{token}x")]);
+    assert_eq!(code, 125);
+    assert!(err.contains("tampered"), "{err}");
+    let short = plan("1");
+    std::thread::sleep(Duration::from_millis(1100));
+    let (_, code, err) = env.run_json(&["--plan", &short]);
+    assert_eq!(code, 125);
+    assert!(err.contains("expired"), "{err}");
+    // A plan pins the entry's bytes: a changed script refuses the plan.
+    let pinned = plan("600");
+    std::fs::write(env.workers.join("planned/run.sh"), "echo changed\n").unwrap();
+    let (_, code, err) = env.run_json(&["--plan", &pinned]);
+    assert_eq!(code, 125);
+    assert!(
+        err.contains("changed since it was planned") && err.contains("entry_sha256"),
+        "{err}"
+    );
+}
+
+#[test]
+fn api_8_idempotency_key_returns_the_original_run() {
+    let env = Env::new();
+    env.sh_worker(
+        "idem",
+        "[inputs.n]\ntype = \"number\"\n",
+        "echo '{}' > /airlock/output/result.json\n",
+    );
+    let (a, _, _) = env.run_json(&["idem", "--input", r#"{"n": 1}"#, "--idempotency-key", "k1"]);
+    let (b, _, _) = env.run_json(&["idem", "--input", r#"{"n": 1}"#, "--idempotency-key", "k1"]);
+    assert_eq!(a["run"]["id"], b["run"]["id"]);
+    assert_eq!(
+        b["run"]["attempt"], 1,
+        "the original run was not executed again"
+    );
+    let (_, code, err) =
+        env.run_json(&["idem", "--input", r#"{"n": 2}"#, "--idempotency-key", "k1"]);
+    assert_eq!(code, 125);
+    assert!(err.contains("idempotency_conflict"), "{err}");
+}
+
+/// A running `airlock up` on a free loopback port.
+struct Server {
+    child: Child,
+    port: u16,
+}
+
+impl Server {
+    fn start(env: &Env, extra_env: &[(&str, &str)]) -> Self {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let mut cmd = env.cmd();
+        cmd.args(["up", "--listen", &format!("127.0.0.1:{port}")])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        for (k, v) in extra_env {
+            cmd.env(k, v);
+        }
+        let child = cmd.spawn().unwrap();
+        let s = Self { child, port };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while s.get("/readyz").0 != 200 {
+            assert!(Instant::now() < deadline, "server did not become ready");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        s
+    }
+    fn request(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&str>,
+        headers: &[(&str, &str)],
+    ) -> (u16, String) {
+        use std::io::{Read, Write};
+        let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", self.port)) else {
+            return (0, String::new());
+        };
+        let body = body.unwrap_or("");
+        let mut req = format!(
+            "{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: {}\r\n",
+            body.len()
+        );
+        if !body.is_empty() {
+            req.push_str("Content-Type: application/json\r\n");
+        }
+        for (k, v) in headers {
+            req.push_str(&format!("{k}: {v}\r\n"));
+        }
+        req.push_str("\r\n");
+        req.push_str(body);
+        if s.write_all(req.as_bytes()).is_err() {
+            return (0, String::new());
+        }
+        let mut out = String::new();
+        let _ = s.read_to_string(&mut out);
+        let code = out
+            .split_whitespace()
+            .nth(1)
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(0);
+        let body = out
+            .split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_string())
+            .unwrap_or_default();
+        (code, body)
+    }
+    fn get(&self, path: &str) -> (u16, String) {
+        self.request("GET", path, None, &[])
+    }
+    fn json(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&str>,
+        headers: &[(&str, &str)],
+    ) -> (u16, Value) {
+        let (c, b) = self.request(method, path, body, headers);
+        (c, serde_json::from_str(&b).unwrap_or(Value::Null))
+    }
+    fn run_state(&self, id: &str) -> String {
+        self.json("GET", &format!("/v1/runs/{id}"), None, &[]).1["run"]["state"]
+            .as_str()
+            .unwrap_or("")
+            .to_string()
+    }
+    fn wait_state(&self, id: &str, want: &[&str]) -> String {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let s = self.run_state(id);
+            if want.contains(&s.as_str()) {
+                return s;
+            }
+            assert!(Instant::now() < deadline, "run {id} stuck in {s}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn count_procs(marker: &str) -> usize {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter(|e| {
+            std::fs::read(e.path().join("cmdline"))
+                .map(|c| {
+                    String::from_utf8_lossy(&c)
+                        .replace('\0', " ")
+                        .contains(marker)
+                })
+                .unwrap_or(false)
+        })
+        .count()
+}
+
+#[test]
+fn run_5_cancel_of_queued_and_running_runs_over_http() {
+    let env = Env::new();
+    let marker = format!("{}.{}", 7000 + std::process::id() % 1000, 5);
+    env.sh_worker(
+        "slow",
+        "[limits]\ntimeout_s = 120\n",
+        &format!("sleep {marker} & sleep {marker}\n"),
+    );
+    let server = Server::start(&env, &[("AIRLOCK_MAX_CONCURRENT", "1")]);
+    let (c1, a) = server.json("POST", "/v1/workers/slow/runs", Some("{}"), &[]);
+    assert_eq!(c1, 201, "{a}");
+    let a = a["run"]["id"].as_str().unwrap().to_string();
+    server.wait_state(&a, &["running"]);
+    let (_, b) = server.json("POST", "/v1/workers/slow/runs", Some("{}"), &[]);
+    let b = b["run"]["id"].as_str().unwrap().to_string();
+    let (_, got) = server.json("GET", &format!("/v1/runs/{b}"), None, &[]);
+    assert_eq!(got["queue_position"], 1, "{got}");
+    // Queued: cancelled at once, never starts.
+    let (_, r) = server.json("POST", &format!("/v1/runs/{b}/cancel"), None, &[]);
+    assert_eq!(r["state"], "cancelled");
+    // Running: killed with its whole tree.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while count_procs(&format!("sleep {marker}")) < 2 {
+        assert!(Instant::now() < deadline, "workload never started");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let (_, r) = server.json("POST", &format!("/v1/runs/{a}/cancel"), None, &[]);
+    assert!(r["state"] == "running" || r["state"] == "cancelled", "{r}");
+    assert_eq!(
+        server.wait_state(&a, &["cancelled", "failed", "succeeded"]),
+        "cancelled"
+    );
+    assert_eq!(
+        count_procs(&format!("sleep {marker}")),
+        0,
+        "no process left"
+    );
+    // Idempotent: cancelling again changes nothing.
+    let (_, r) = server.json("POST", &format!("/v1/runs/{a}/cancel"), None, &[]);
+    assert_eq!(r["state"], "cancelled");
+    assert_eq!(server.run_state(&b), "cancelled");
+    let (_, ev) = server.request("GET", &format!("/v1/runs/{b}/events"), None, &[]);
+    assert!(
+        !ev.contains("\"running\""),
+        "the cancelled queued run never started: {ev}"
+    );
+}
+
+#[test]
+fn api_8_concurrent_duplicates_over_http_create_one_run() {
+    let env = Env::new();
+    env.sh_worker("quick", "", "echo '{}' > /airlock/output/result.json\n");
+    let server = std::sync::Arc::new(Server::start(&env, &[]));
+    let mut handles = Vec::new();
+    for _ in 0..10 {
+        let s = server.clone();
+        handles.push(std::thread::spawn(move || {
+            s.json(
+                "POST",
+                "/v1/workers/quick/runs",
+                Some("{}"),
+                &[("Idempotency-Key", "same")],
+            )
+        }));
+    }
+    let results: Vec<(u16, Value)> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    let ids: std::collections::BTreeSet<String> = results
+        .iter()
+        .map(|(_, v)| v["run"]["id"].as_str().unwrap_or("").to_string())
+        .collect();
+    assert_eq!(ids.len(), 1, "{results:?}");
+    assert_eq!(results.iter().filter(|(c, _)| *c == 201).count(), 1);
+    let (c, v) = server.json(
+        "POST",
+        "/v1/workers/quick/runs",
+        Some(r#"{"input": {"x": 1}}"#),
+        &[("Idempotency-Key", "same")],
+    );
+    assert!(c == 409 || c == 422, "{c} {v}");
+    let (c, v) = server.json("POST", "/v1/workers/quick/runs", Some("not json"), &[]);
+    assert_eq!(c, 400, "{v}");
+    assert!(v["error"]["code"].is_string() && v["error"]["request_id"].is_string());
+}
+
+#[test]
+fn dur_2_kill_9_of_airlock_up_mid_runs_loses_nothing_and_duplicates_nothing() {
+    let env = Env::new();
+    env.sh_worker(
+        "step",
+        "[inputs.i]\ntype = \"number\"\n[limits]\ntimeout_s = 60\n",
+        "sleep 0.3\necho '{}' > /airlock/output/result.json\n",
+    );
+    let mut server = Server::start(&env, &[("AIRLOCK_MAX_CONCURRENT", "4")]);
+    let mut ids = Vec::new();
+    for i in 0..50 {
+        let (c, v) = server.json(
+            "POST",
+            "/v1/workers/step/runs",
+            Some(&format!(r#"{{"input": {{"i": {i}}}}}"#)),
+            &[],
+        );
+        assert_eq!(c, 201, "{v}");
+        ids.push(v["run"]["id"].as_str().unwrap().to_string());
+    }
+    // Let some finish and some be mid-flight, then kill -9.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (_, v) = server.json("GET", "/v1/runs?state=succeeded&limit=500", None, &[]);
+        if v["runs"].as_array().map_or(0, |a| a.len()) >= 5 {
+            break;
+        }
+        assert!(Instant::now() < deadline);
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = server.child.kill(); // SIGKILL
+    let _ = server.child.wait();
+    drop(server);
+    let server = Server::start(&env, &[("AIRLOCK_MAX_CONCURRENT", "4")]);
+    let mut finals = std::collections::BTreeMap::new();
+    for id in &ids {
+        let s = server.wait_state(
+            id,
+            &[
+                "succeeded",
+                "failed",
+                "unknown",
+                "timed_out",
+                "cancelled",
+                "blocked",
+            ],
+        );
+        *finals.entry(s).or_insert(0) += 1;
+    }
+    assert_eq!(finals.values().sum::<i32>(), 50, "no run lost: {finals:?}");
+    assert_eq!(finals.get("failed"), None, "{finals:?}");
+    // None silently duplicated: a non-idempotent run whose workload had
+    // started when the server died is `unknown`, never run twice.
+    for id in &ids {
+        let (_, ev) = server.request("GET", &format!("/v1/runs/{id}/events"), None, &[]);
+        let starts = ev.matches("event: status").count();
+        assert!(starts <= 1, "run {id} started its workload {starts} times");
+    }
+    drop(server);
+    let out = env.cmd().args(["audit", "verify"]).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
+
+#[test]
+fn aud_2_audit_verify_names_the_first_bad_sequence_on_a_tampered_copy() {
+    let env = Env::new();
+    env.sh_worker("quick", "", "echo '{}' > /airlock/output/result.json\n");
+    for _ in 0..3 {
+        let (v, _, _) = env.run_json(&["quick"]);
+        assert_eq!(state(&v), "succeeded");
+    }
+    let db = env.data.join("airlock.db");
+    let ok = env.cmd().args(["audit", "verify"]).output().unwrap();
+    assert!(
+        ok.status.success(),
+        "positive control: {}",
+        String::from_utf8_lossy(&ok.stdout)
+    );
+    // An attacker with the database file drops the triggers and edits.
+    let attacks = [
+        (
+            "edit",
+            "UPDATE audit_events SET line = replace(line, '\"run.claimed\"', '\"run.claimeD\"') WHERE seq = 2",
+            "bad seq 2",
+        ),
+        (
+            "delete",
+            "DELETE FROM audit_events WHERE seq = 4",
+            "bad seq 4",
+        ),
+        (
+            "reorder",
+            "UPDATE audit_events SET seq = -1 WHERE seq = 5; UPDATE audit_events SET seq = 5 WHERE seq = 6; UPDATE audit_events SET seq = 6 WHERE seq = -1",
+            "bad seq 5",
+        ),
+        (
+            "insert",
+            "INSERT INTO audit_events (workspace_id, seq, line, hash) SELECT workspace_id, 100, line, hash FROM audit_events WHERE seq = 3",
+            "bad seq",
+        ),
+    ];
+    for (name, sql, expect) in attacks {
+        let copy = env.data.join(format!("copy-{name}.db"));
+        std::fs::copy(&db, &copy).unwrap();
+        let _ = std::fs::copy(
+            env.data.join("airlock.db-wal"),
+            env.data.join(format!("copy-{name}.db-wal")),
+        );
+        let script = format!(
+            "import sqlite3,sys\nc=sqlite3.connect(sys.argv[1])\nc.execute('DROP TRIGGER audit_events_no_update')\nc.execute('DROP TRIGGER audit_events_no_delete')\nc.executescript(\"\"\"{sql}\"\"\")\nc.commit()\n"
+        );
+        let st = Command::new("/usr/bin/python3")
+            .args(["-c", &script, copy.to_str().unwrap()])
+            .status()
+            .unwrap();
+        assert!(st.success(), "{name}");
+        let out = env
+            .cmd()
+            .args([
+                "--database-url",
+                &format!("sqlite://{}", copy.display()),
+                "audit",
+                "verify",
+            ])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(!out.status.success(), "{name} not detected: {text}");
+        assert!(text.contains(expect), "{name}: {text}");
+    }
+}

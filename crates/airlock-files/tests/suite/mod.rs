@@ -1,0 +1,4 @@
+mod collect;
+mod read_bounded;
+mod store;
+mod support;

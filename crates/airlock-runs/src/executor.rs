@@ -1,0 +1,598 @@
+//! The executor: claims runs and drives each one through the sandbox.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use airlock_sandbox::{Broker, Hooks, LaunchError, Limits, Mount, SandboxRequest, SandboxSpec};
+use airlock_store::{Artifact, Claim, Finish, RunState, StoreError};
+use serde_json::json;
+
+use crate::service::Service;
+
+/// The fixed taxonomy of run error codes (RUN-4).
+pub const ERROR_CODES: &[(&str, &str)] = &[
+    ("worker_missing", "the run's worker is no longer loaded"),
+    (
+        "agent_unavailable",
+        "agent workers do not execute in this release",
+    ),
+    (
+        "containment_unavailable",
+        "required sandbox guarantees could not be established",
+    ),
+    ("sandbox_setup_failed", "the sandbox could not start"),
+    (
+        "executable_not_found",
+        "the worker's runtime or entry could not be found",
+    ),
+    (
+        "executable_changed",
+        "the executable changed between resolution and exec",
+    ),
+    (
+        "egress_policy_invalid",
+        "the worker's egress rules or the operator policy are invalid",
+    ),
+    ("staging_failed", "the run's input could not be staged"),
+    ("exit_nonzero", "the workload exited with a non-zero status"),
+    ("killed_by_signal", "the workload was killed by a signal"),
+    (
+        "memory_limit",
+        "the workload was killed at its memory limit",
+    ),
+    ("timeout", "the workload ran past its timeout"),
+    ("cancelled", "the run was cancelled"),
+    ("schema_violation", "outputs do not match the manifest"),
+    (
+        "output_*",
+        "an output file broke a rule of the bounded file layer (symlink, FIFO, hard link, size, count, depth, name)",
+    ),
+    (
+        "abandoned",
+        "the executor disappeared while the workload may have had effects",
+    ),
+    ("internal", "an internal error; see the run's events"),
+];
+
+/// Where the bundle, input and output appear inside the sandbox (RUN-3).
+pub const WORKER_DIR: &str = "/airlock/worker";
+pub const INPUT_FILE: &str = "/airlock/input.json";
+pub const OUTPUT_DIR: &str = "/airlock/output";
+
+struct Outcome {
+    state: RunState,
+    finish: Finish,
+}
+
+fn with_error(finish: &Finish, state: RunState, code: &str, msg: String) -> Outcome {
+    let mut f = finish.clone();
+    f.error_code = Some(code.to_string());
+    f.error_message = Some(msg);
+    Outcome { state, finish: f }
+}
+
+fn failed(state: RunState, code: &str, message: impl Into<String>) -> Outcome {
+    Outcome {
+        state,
+        finish: Finish {
+            error_code: Some(code.to_string()),
+            error_message: Some(message.into()),
+            ..Finish::default()
+        },
+    }
+}
+
+impl Service {
+    /// Claims and runs queued work until `stop` flips, at most
+    /// `max_concurrent` at a time.
+    pub async fn run_executor(self: Arc<Self>, mut stop: tokio::sync::watch::Receiver<bool>) {
+        let slots = Arc::new(tokio::sync::Semaphore::new(self.cfg.max_concurrent.max(1)));
+        loop {
+            if *stop.borrow() {
+                break;
+            }
+            let Ok(permit) = slots.clone().acquire_owned().await else {
+                break;
+            };
+            let claim = self
+                .store
+                .claim_next(&self.owner, self.cfg.lease, &[])
+                .await;
+            match claim {
+                Ok(Some(claim)) => {
+                    let svc = self.clone();
+                    tokio::spawn(async move {
+                        svc.execute(claim).await;
+                        drop(permit);
+                    });
+                }
+                Ok(None) | Err(_) => {
+                    drop(permit);
+                    tokio::select! {
+                        _ = self.wake.notified() => {}
+                        _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+                        _ = stop.changed() => {}
+                    }
+                }
+            }
+        }
+        // Drain: wait for running work to finish (SIGTERM drain, DUR-2).
+        let _ = slots
+            .acquire_many(u32::try_from(self.cfg.max_concurrent.max(1)).unwrap_or(1))
+            .await;
+    }
+
+    /// DUR-2 reaper: requeues or marks `unknown` runs whose lease expired.
+    pub async fn run_reaper(self: Arc<Self>, mut stop: tokio::sync::watch::Receiver<bool>) {
+        loop {
+            let _ = self.reap_once().await;
+            tokio::select! {
+                _ = tokio::time::sleep(self.cfg.lease / 2) => {}
+                _ = stop.changed() => if *stop.borrow() { break },
+            }
+        }
+    }
+
+    pub async fn reap_once(&self) -> Result<Vec<(String, RunState)>, StoreError> {
+        let idempotent = |worker: &str| self.worker(worker).is_some_and(|b| b.manifest.idempotent);
+        let reaped = self.store.reap_expired(&idempotent).await?;
+        if reaped.iter().any(|(_, s)| *s == RunState::Queued) {
+            self.wake.notify_one();
+        }
+        Ok(reaped)
+    }
+
+    /// Startup recovery: runs leased by a previous incarnation of this node
+    /// are dead; settle them the same way the reaper would.
+    pub async fn recover_startup(&self) -> Result<Vec<(String, RunState)>, StoreError> {
+        self.store
+            .expire_leases_of(&format!("{}:", self.cfg.node_id))
+            .await?;
+        self.reap_once().await
+    }
+
+    /// Runs one claimed run to its terminal state.
+    pub async fn execute(self: &Arc<Self>, claim: Claim) {
+        let run_id = claim.run.id.clone();
+        let token = claim.token;
+        let cancel = Arc::new(AtomicBool::new(false));
+        if let Ok(mut c) = self.cancels.lock() {
+            c.insert(run_id.clone(), cancel.clone());
+        }
+        let outcome = self.execute_inner(&claim, cancel.clone()).await;
+        if let Ok(mut c) = self.cancels.lock() {
+            c.remove(&run_id);
+        }
+        let _ = self
+            .store
+            .append_event(
+                &run_id,
+                token,
+                "finish",
+                &json!({"state": outcome.state.as_str(), "error_code": outcome.finish.error_code}),
+            )
+            .await;
+        // A stale token means someone else owns the run now: write nothing.
+        let _ = self
+            .store
+            .finish_run(&run_id, token, outcome.state, &outcome.finish)
+            .await;
+        let _ = std::fs::remove_dir_all(self.run_dir(&run_id));
+    }
+
+    fn run_dir(&self, run_id: &str) -> PathBuf {
+        self.cfg.data_dir.join("runs").join(run_id)
+    }
+
+    async fn execute_inner(self: &Arc<Self>, claim: &Claim, cancel: Arc<AtomicBool>) -> Outcome {
+        let run = &claim.run;
+        let token = claim.token;
+        let Some(bundle) = self.worker(&run.worker_id) else {
+            return failed(
+                RunState::Failed,
+                "worker_missing",
+                format!("worker {:?} is not loaded", run.worker_id),
+            );
+        };
+        let mut argv = match bundle.manifest.command(Path::new(WORKER_DIR)) {
+            Ok(a) => a,
+            Err(e) if e.code() == "agent_unavailable" => {
+                return failed(
+                    RunState::Blocked,
+                    "agent_unavailable",
+                    "agent workers execute in a later release; this run did not start",
+                );
+            }
+            Err(e) => return failed(RunState::Failed, "internal", e.to_string()),
+        };
+        if argv.len() == 1 {
+            // A native entry runs from its host path, where the broker
+            // resolves and hashes it (it is bound there read-only).
+            argv[0] = bundle.entry.display().to_string();
+        }
+
+        // Stage.
+        let dir = self.run_dir(&run.id);
+        let _ = std::fs::remove_dir_all(&dir);
+        let staged = (|| -> std::io::Result<()> {
+            std::fs::create_dir_all(dir.join("output"))?;
+            std::fs::write(
+                dir.join("input.json"),
+                serde_json::to_vec(&run.input).unwrap_or_default(),
+            )?;
+            Ok(())
+        })();
+        if let Err(e) = staged {
+            return failed(RunState::Failed, "staging_failed", e.to_string());
+        }
+
+        // Egress from the manifest (channels come from the operator policy).
+        let m = &bundle.manifest;
+        let wants_egress = !m.egress.allow.is_empty() || !m.egress.channels.is_empty();
+        let egress = if wants_egress {
+            let mut policy = match &self.cfg.egress_policy {
+                Some(p) => {
+                    match airlock_egress::Policy::load(p, &airlock_egress::policy::EnvAndFiles) {
+                        Ok(p) => p,
+                        Err(e) => {
+                            return failed(
+                                RunState::Failed,
+                                "egress_policy_invalid",
+                                e.to_string(),
+                            );
+                        }
+                    }
+                }
+                None => airlock_egress::Policy::default(),
+            };
+            for rule in &m.egress.allow {
+                if let Err(e) = policy.add_allow(rule.as_str()) {
+                    return failed(RunState::Failed, "egress_policy_invalid", e.to_string());
+                }
+            }
+            let wanted: Vec<String> = m
+                .egress
+                .channels
+                .iter()
+                .map(|c| c.as_str().to_string())
+                .collect();
+            if let Some(missing) = wanted.iter().find(|c| !policy.channels.contains_key(*c)) {
+                return failed(
+                    RunState::Blocked,
+                    "egress_policy_invalid",
+                    format!("channel {missing:?} is not configured by the operator"),
+                );
+            }
+            policy.channels.retain(|k, _| wanted.contains(k));
+            Some((policy, wanted))
+        } else {
+            None
+        };
+
+        let limits = Limits {
+            memory_bytes: Some(m.limits.memory_mb << 20),
+            pids: Some(m.limits.pids),
+            cpu_millicores: Some((m.limits.cpus * 1000.0).round().max(1.0) as u64),
+            file_size_bytes: Some(m.limits.output_bytes.max(1 << 20)),
+            tmp_bytes: Some(m.limits.disk_mb << 20),
+            ..Limits::default()
+        };
+        let req = SandboxRequest {
+            argv,
+            cwd: Some(PathBuf::from(OUTPUT_DIR)),
+            mounts: vec![
+                Mount {
+                    source: bundle.dir.clone(),
+                    target: WORKER_DIR.into(),
+                    writable: false,
+                },
+                Mount {
+                    source: dir.join("input.json"),
+                    target: INPUT_FILE.into(),
+                    writable: false,
+                },
+                Mount {
+                    source: dir.join("output"),
+                    target: OUTPUT_DIR.into(),
+                    writable: true,
+                },
+            ],
+            timeout: Some(Duration::from_secs(m.limits.timeout_s)),
+            limits,
+            output_budget: Some(1 << 20),
+            driver: self.cfg.driver,
+            egress: egress.is_some(),
+            ..SandboxRequest::default()
+        };
+        let mut spec = match SandboxSpec::parse(req) {
+            Ok(s) => s,
+            Err(e) => return failed(RunState::Failed, "sandbox_setup_failed", e.to_string()),
+        };
+        spec = spec
+            .with_platform_env("AIRLOCK_RUN_ID", &run.id)
+            .with_platform_env("AIRLOCK_WORKER_ID", &run.worker_id)
+            .with_platform_env("AIRLOCK_INPUT", INPUT_FILE)
+            .with_platform_env("AIRLOCK_OUTPUT_DIR", OUTPUT_DIR);
+        if let Some((_, channels)) = &egress {
+            for ch in channels {
+                let url = format!(
+                    "http://{}{}{ch}",
+                    airlock_egress::proxy::SANDBOX_PROXY_ADDR,
+                    airlock_egress::proxy::CHANNEL_PREFIX
+                );
+                spec = spec.with_platform_env(
+                    &format!("AIRLOCK_CHANNEL_{}_URL", ch.to_ascii_uppercase()),
+                    &url,
+                );
+            }
+        }
+
+        // From here on a crash may have had effects (DUR-2).
+        if self
+            .store
+            .mark_workload_started(&run.id, token)
+            .await
+            .is_err()
+        {
+            return failed(
+                RunState::Failed,
+                "internal",
+                "lost the run before it started",
+            );
+        }
+        let _ = self
+            .store
+            .append_event(
+                &run.id,
+                token,
+                "status",
+                &json!({"state": "running", "attempt": run.attempt}),
+            )
+            .await;
+
+        // Live logs: a bounded channel; a thread turns chunks into events.
+        let (tx, rx) =
+            std::sync::mpsc::sync_channel::<(airlock_sandbox::output::Stream, Vec<u8>)>(1024);
+        let handle = tokio::runtime::Handle::current();
+        let store = self.store.clone();
+        let log_run = run.id.clone();
+        let logger = std::thread::spawn(move || {
+            let mut events = 0u32;
+            for (stream, bytes) in rx {
+                if events >= 10_000 {
+                    continue; // counted in the captured totals; the event log is capped
+                }
+                events += 1;
+                let text = String::from_utf8_lossy(&bytes).into_owned();
+                let _ = handle.block_on(store.append_event(
+                    &log_run,
+                    token,
+                    "log",
+                    &json!({"stream": stream, "text": text}),
+                ));
+            }
+        });
+
+        // Cancel and lease renewal while the workload runs.
+        let watcher = {
+            let svc = self.clone();
+            let cancel = cancel.clone();
+            let run_id = run.id.clone();
+            tokio::spawn(async move {
+                let mut tick = 0u32;
+                loop {
+                    tokio::time::sleep(Duration::from_millis(250)).await;
+                    tick += 1;
+                    if svc.store.cancel_requested(&run_id).await.unwrap_or(false) {
+                        cancel.store(true, Ordering::SeqCst);
+                    }
+                    if tick.is_multiple_of(8)
+                        && svc
+                            .store
+                            .renew_lease(&run_id, token, svc.cfg.lease)
+                            .await
+                            .is_err()
+                    {
+                        // Someone else owns the run: stop the workload.
+                        cancel.store(true, Ordering::SeqCst);
+                    }
+                }
+            })
+        };
+
+        let launched = tokio::task::spawn_blocking(move || {
+            let mut served: Option<airlock_egress::SandboxEgress> = None;
+            let proxy = match egress {
+                Some((policy, _)) => {
+                    let resolver: Arc<dyn airlock_egress::Resolve> =
+                        match airlock_egress::SystemResolver::new() {
+                            Ok(r) => Arc::new(r),
+                            Err(_) => Arc::new(airlock_egress::ScriptedResolver::new()),
+                        };
+                    airlock_egress::Egress::new(
+                        Ok(policy),
+                        resolver,
+                        Arc::new(airlock_egress::proxy::NullLog),
+                    )
+                    .ok()
+                }
+                None => None,
+            };
+            let sandbox_id = spec.argv().first().cloned().unwrap_or_default();
+            let mut hook = |listener: std::net::TcpListener| {
+                if let Some(p) = &proxy {
+                    served = p
+                        .serve_sandbox(
+                            listener,
+                            &sandbox_id,
+                            None,
+                            airlock_egress::proxy::SANDBOX_PROXY_ADDR,
+                        )
+                        .ok();
+                }
+            };
+            let result = Broker::new().run_with(
+                &spec,
+                Hooks {
+                    on_listener: Some(&mut hook),
+                    cancel: Some(cancel),
+                    live_output: Some(tx),
+                },
+            );
+            let summary = served.map(|s| s.shutdown());
+            drop(proxy);
+            (result, summary)
+        })
+        .await;
+        watcher.abort();
+        let _ = tokio::task::spawn_blocking(move || logger.join()).await;
+
+        let (result, egress_summary) = match launched {
+            Ok(x) => x,
+            Err(e) => return failed(RunState::Failed, "internal", e.to_string()),
+        };
+        let egress_json = egress_summary.map(|s| serde_json::to_value(s).unwrap_or_default());
+        let r = match result {
+            Ok(r) => r,
+            Err(e @ LaunchError::ContainmentUnavailable { .. }) => {
+                let mut o = failed(RunState::Blocked, "containment_unavailable", e.to_string());
+                if let LaunchError::ContainmentUnavailable { report, .. } = &e {
+                    o.finish.containment = serde_json::to_value(report).ok();
+                }
+                return o;
+            }
+            Err(e) => return failed(RunState::Failed, e.reason(), e.to_string()),
+        };
+        let mut finish = Finish {
+            exit_code: r.exit_code.map(i64::from),
+            signal: r.signal.map(i64::from),
+            containment: serde_json::to_value(&r.containment).ok(),
+            egress: egress_json,
+            ..Finish::default()
+        };
+        if r.cancelled {
+            return with_error(
+                &finish,
+                RunState::Cancelled,
+                "cancelled",
+                "cancelled while running; every process of the sandbox was killed".into(),
+            );
+        }
+        if r.timed_out {
+            return with_error(
+                &finish,
+                RunState::TimedOut,
+                "timeout",
+                format!("ran past its {} s timeout", m.limits.timeout_s),
+            );
+        }
+
+        // Outputs, through the bounded file layer.
+        let out_dir = dir.join("output");
+        let result_json = match airlock_files::read_bounded(
+            &out_dir,
+            "result.json",
+            m.limits.output_bytes.min(1 << 20),
+        ) {
+            Ok(Some(bytes)) => match serde_json::from_slice::<serde_json::Value>(&bytes) {
+                Ok(v) if v.is_object() => v,
+                _ => {
+                    return with_error(
+                        &finish,
+                        RunState::Failed,
+                        "schema_violation",
+                        "result.json is not a JSON object".into(),
+                    );
+                }
+            },
+            Ok(None) => json!({}),
+            Err(e) => return with_error(&finish, RunState::Failed, e.reason(), e.to_string()),
+        };
+        let budget = airlock_files::Budget {
+            max_files: 1000,
+            max_total_bytes: m.limits.output_bytes,
+            max_file_bytes: m.limits.output_bytes,
+            max_depth: 16,
+        };
+        let collected = {
+            let out_dir = out_dir.clone();
+            let store_root = self.cfg.data_dir.join("artifacts");
+            tokio::task::spawn_blocking(move || {
+                let store = airlock_files::ArtifactStore::open(&store_root).map_err(|e| {
+                    airlock_files::FileError::Io {
+                        path: store_root.display().to_string(),
+                        error: e.to_string(),
+                    }
+                })?;
+                airlock_files::collect_into(&out_dir, &budget, &store)
+            })
+            .await
+        };
+        let files = match collected {
+            Ok(Ok(f)) => f,
+            Ok(Err(e)) => return with_error(&finish, RunState::Failed, e.reason(), e.to_string()),
+            Err(e) => return with_error(&finish, RunState::Failed, "internal", e.to_string()),
+        };
+        for f in &files {
+            let a = Artifact {
+                name: f.rel_path.clone(),
+                digest: f.sha256.clone(),
+                size: i64::try_from(f.size).unwrap_or(i64::MAX),
+                media_type: f.media_type.to_string(),
+            };
+            if self.store.add_artifact(&run.id, token, &a).await.is_ok() {
+                let _ = self.store.append_event(&run.id, token, "artifact", &json!({"name": a.name, "digest": a.digest, "size": a.size, "media_type": a.media_type})).await;
+            }
+        }
+        finish.outputs = Some(result_json.clone());
+
+        match (r.exit_code, r.signal) {
+            (Some(0), _) => {}
+            (Some(c), _) => {
+                return with_error(
+                    &finish,
+                    RunState::Failed,
+                    "exit_nonzero",
+                    format!("exited with status {c}"),
+                );
+            }
+            (None, Some(s)) if r.limit_hits.iter().any(|h| h == "memory") => {
+                return with_error(
+                    &finish,
+                    RunState::Failed,
+                    "memory_limit",
+                    format!(
+                        "killed by signal {s} at the {} MiB memory limit",
+                        m.limits.memory_mb
+                    ),
+                );
+            }
+            (None, Some(s)) => {
+                return with_error(
+                    &finish,
+                    RunState::Failed,
+                    "killed_by_signal",
+                    format!("killed by signal {s}"),
+                );
+            }
+            (None, None) => {
+                return with_error(
+                    &finish,
+                    RunState::Failed,
+                    "internal",
+                    "no exit status".into(),
+                );
+            }
+        }
+        let names: Vec<String> = files.iter().map(|f| f.rel_path.clone()).collect();
+        if let Err(e) = bundle.manifest.check_outputs(&result_json, &names) {
+            return with_error(&finish, RunState::Failed, "schema_violation", e.to_string());
+        }
+        Outcome {
+            state: RunState::Succeeded,
+            finish,
+        }
+    }
+}

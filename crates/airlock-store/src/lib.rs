@@ -1,0 +1,20 @@
+//! The store (DUR-1, DUR-3, API-8, AUD-1 … AUD-3): runs and their events,
+//! artifacts, idempotency keys, plans and the audit chain, behind one type
+//! with two backends — embedded SQLite (WAL) and PostgreSQL — and one
+//! conformance suite (`tests/conformance.rs`) that runs against both.
+//!
+//! Only this crate contains SQL. Every owned row carries a workspace id and
+//! every query that reads owned rows filters by it. A state change and its
+//! audit event commit in one transaction. Writes by an executor carry its
+//! fencing token; a stale token is refused here, in the `WHERE` clause.
+//!
+//! Portability: queries use `$N` placeholders (PostgreSQL's, which SQLite
+//! also accepts), timestamps are Unix milliseconds, JSON is stored as text.
+//! Where the backends differ (claiming with `FOR UPDATE SKIP LOCKED`,
+//! per-workspace audit serialisation, migrations) the code says so.
+
+mod ids;
+mod store;
+
+pub use ids::{hex, random_id, sha256_hex};
+pub use store::*;

@@ -1,0 +1,1252 @@
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+use sqlx::any::{AnyPoolOptions, AnyRow};
+use sqlx::{AnyPool, Row};
+
+use crate::ids::{random_id, sha256_hex};
+
+/// The workspace every row belongs to until identity lands.
+pub const DEFAULT_WORKSPACE: &str = "ws_default";
+
+/// Which database is behind the store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("database error: {0}")]
+    Db(String),
+    #[error("unsupported database url (use sqlite:// or postgres://)")]
+    BadUrl,
+    #[error("the run was claimed by someone else (stale fencing token)")]
+    StaleToken,
+    #[error("idempotency key reused with a different request")]
+    IdempotencyConflict,
+    #[error("not found")]
+    NotFound,
+    #[error("plan token refused: {0}")]
+    Plan(&'static str),
+    #[error("audit: {0}")]
+    Audit(String),
+}
+
+impl From<sqlx::Error> for StoreError {
+    fn from(e: sqlx::Error) -> Self {
+        Self::Db(e.to_string())
+    }
+}
+
+pub type Result<T> = std::result::Result<T, StoreError>;
+
+/// Run states (RUN-4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunState {
+    Queued,
+    Running,
+    AwaitingApproval,
+    Succeeded,
+    Failed,
+    TimedOut,
+    Cancelled,
+    Blocked,
+    Unknown,
+}
+
+impl RunState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Queued => "queued",
+            Self::Running => "running",
+            Self::AwaitingApproval => "awaiting_approval",
+            Self::Succeeded => "succeeded",
+            Self::Failed => "failed",
+            Self::TimedOut => "timed_out",
+            Self::Cancelled => "cancelled",
+            Self::Blocked => "blocked",
+            Self::Unknown => "unknown",
+        }
+    }
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "queued" => Self::Queued,
+            "running" => Self::Running,
+            "awaiting_approval" => Self::AwaitingApproval,
+            "succeeded" => Self::Succeeded,
+            "failed" => Self::Failed,
+            "timed_out" => Self::TimedOut,
+            "cancelled" => Self::Cancelled,
+            "blocked" => Self::Blocked,
+            "unknown" => Self::Unknown,
+            _ => return None,
+        })
+    }
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            Self::Succeeded
+                | Self::Failed
+                | Self::TimedOut
+                | Self::Cancelled
+                | Self::Blocked
+                | Self::Unknown
+        )
+    }
+}
+
+/// A run as stored.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RunRecord {
+    pub id: String,
+    pub workspace_id: String,
+    pub worker_id: String,
+    pub state: RunState,
+    pub input: serde_json::Value,
+    pub input_hash: String,
+    pub trigger: String,
+    pub actor: String,
+    pub plan_id: Option<String>,
+    pub created_at: i64,
+    pub started_at: Option<i64>,
+    pub finished_at: Option<i64>,
+    pub attempt: i64,
+    pub fencing_token: i64,
+    pub workload_started: bool,
+    pub cancel_requested: bool,
+    pub exit_code: Option<i64>,
+    pub signal: Option<i64>,
+    pub error_code: Option<String>,
+    pub error_message: Option<String>,
+    pub containment: Option<serde_json::Value>,
+    pub egress: Option<serde_json::Value>,
+    pub outputs: Option<serde_json::Value>,
+}
+
+const RUN_COLUMNS: &str = "id, workspace_id, worker_id, state, input, input_hash, trigger_source, actor, plan_id, created_at, started_at, finished_at, attempt, fencing_token, workload_started, cancel_requested, exit_code, signal, error_code, error_message, containment, egress, outputs";
+
+fn json_col(row: &AnyRow, col: &str) -> Result<Option<serde_json::Value>> {
+    let s: Option<String> = row.try_get(col)?;
+    Ok(s.and_then(|s| serde_json::from_str(&s).ok()))
+}
+
+fn run_from_row(row: &AnyRow) -> Result<RunRecord> {
+    let state: String = row.try_get("state")?;
+    Ok(RunRecord {
+        id: row.try_get("id")?,
+        workspace_id: row.try_get("workspace_id")?,
+        worker_id: row.try_get("worker_id")?,
+        state: RunState::parse(&state)
+            .ok_or_else(|| StoreError::Db(format!("unknown state {state:?}")))?,
+        input: json_col(row, "input")?.unwrap_or(serde_json::Value::Null),
+        input_hash: row.try_get("input_hash")?,
+        trigger: row.try_get("trigger_source")?,
+        actor: row.try_get("actor")?,
+        plan_id: row.try_get("plan_id")?,
+        created_at: row.try_get("created_at")?,
+        started_at: row.try_get("started_at")?,
+        finished_at: row.try_get("finished_at")?,
+        attempt: row.try_get("attempt")?,
+        fencing_token: row.try_get("fencing_token")?,
+        workload_started: row.try_get::<i64, _>("workload_started")? != 0,
+        cancel_requested: row.try_get::<i64, _>("cancel_requested")? != 0,
+        exit_code: row.try_get("exit_code")?,
+        signal: row.try_get("signal")?,
+        error_code: row.try_get("error_code")?,
+        error_message: row.try_get("error_message")?,
+        containment: json_col(row, "containment")?,
+        egress: json_col(row, "egress")?,
+        outputs: json_col(row, "outputs")?,
+    })
+}
+
+/// What a caller asks to create.
+#[derive(Debug, Clone)]
+pub struct NewRun {
+    pub workspace_id: String,
+    pub worker_id: String,
+    pub input: serde_json::Value,
+    pub trigger: String,
+    pub actor: String,
+    pub plan_id: Option<String>,
+    /// `(key, request hash)` for API-8 idempotency.
+    pub idempotency: Option<(String, String)>,
+}
+
+/// The outcome of [`Store::create_run`].
+#[derive(Debug, Clone)]
+pub struct Created {
+    pub run: RunRecord,
+    /// False when an idempotency key returned an existing run.
+    pub created: bool,
+}
+
+/// A claimed run: the executor's writes must carry `token`.
+#[derive(Debug, Clone)]
+pub struct Claim {
+    pub run: RunRecord,
+    pub token: i64,
+}
+
+/// The terminal write of an executor.
+#[derive(Debug, Clone, Default)]
+pub struct Finish {
+    pub exit_code: Option<i64>,
+    pub signal: Option<i64>,
+    pub error_code: Option<String>,
+    pub error_message: Option<String>,
+    pub containment: Option<serde_json::Value>,
+    pub egress: Option<serde_json::Value>,
+    pub outputs: Option<serde_json::Value>,
+}
+
+/// One stored run event.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RunEvent {
+    pub seq: i64,
+    pub at: i64,
+    pub kind: String,
+    pub data: serde_json::Value,
+}
+
+/// One stored artifact.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Artifact {
+    pub name: String,
+    pub digest: String,
+    pub size: i64,
+    pub media_type: String,
+}
+
+/// An audit record as the caller describes it; the store assigns the
+/// sequence number, time and chain hashes.
+#[derive(Debug, Clone)]
+pub struct AuditRecord {
+    pub event_type: String,
+    pub actor: airlock_audit::chain::Actor,
+    pub target: Option<String>,
+    pub run_id: Option<String>,
+    pub decision: Option<String>,
+    pub result: Option<String>,
+    pub metadata: serde_json::Value,
+}
+
+impl AuditRecord {
+    pub fn system(event_type: &str, run_id: Option<&str>) -> Self {
+        Self {
+            event_type: event_type.to_string(),
+            actor: airlock_audit::chain::Actor::System,
+            target: None,
+            run_id: run_id.map(str::to_string),
+            decision: None,
+            result: None,
+            metadata: serde_json::json!({}),
+        }
+    }
+    pub fn with_result(mut self, result: &str) -> Self {
+        self.result = Some(result.to_string());
+        self
+    }
+    pub fn with_metadata(mut self, m: serde_json::Value) -> Self {
+        self.metadata = m;
+        self
+    }
+    pub fn with_actor(mut self, actor: airlock_audit::chain::Actor) -> Self {
+        self.actor = actor;
+        self
+    }
+}
+
+/// A plan as stored (DUR-3): the caller's serialised plan and its status.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredPlan {
+    pub id: String,
+    pub workspace_id: String,
+    pub worker_id: String,
+    pub plan: serde_json::Value,
+    pub expires_at: i64,
+}
+
+pub fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+fn rfc3339(ms: i64) -> String {
+    // Civil-from-days (Howard Hinnant), UTC.
+    let secs = ms.div_euclid(1000);
+    let millis = ms.rem_euclid(1000);
+    let days = secs.div_euclid(86_400);
+    let sod = secs.rem_euclid(86_400);
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = if m <= 2 { y + 1 } else { y };
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{millis:03}Z",
+        sod / 3600,
+        (sod % 3600) / 60,
+        sod % 60
+    )
+}
+
+/// The store.
+#[derive(Debug, Clone)]
+pub struct Store {
+    pool: AnyPool,
+    backend: Backend,
+}
+
+const SQLITE_MIGRATIONS: &[(i64, &str)] =
+    &[(1, include_str!("../migrations/sqlite/0001_init.sql"))];
+const POSTGRES_MIGRATIONS: &[(i64, &str)] =
+    &[(1, include_str!("../migrations/postgres/0001_init.sql"))];
+
+/// The newest schema version this build knows.
+pub const SCHEMA_VERSION: i64 = 1;
+
+impl Store {
+    /// Opens (creating when needed) and migrates. `sqlite://PATH` or
+    /// `postgres://…`.
+    pub async fn open(url: &str) -> Result<Self> {
+        sqlx::any::install_default_drivers();
+        let backend = if url.starts_with("sqlite:") {
+            Backend::Sqlite
+        } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            Backend::Postgres
+        } else {
+            return Err(StoreError::BadUrl);
+        };
+        let pool = match backend {
+            Backend::Sqlite => {
+                let url = if url.contains('?') {
+                    url.to_string()
+                } else {
+                    format!("{url}?mode=rwc")
+                };
+                AnyPoolOptions::new()
+                    .max_connections(8)
+                    .after_connect(|conn, _| {
+                        Box::pin(async move {
+                            use sqlx::Executor;
+                            for pragma in [
+                                "PRAGMA journal_mode=WAL",
+                                "PRAGMA synchronous=NORMAL",
+                                "PRAGMA busy_timeout=10000",
+                                "PRAGMA foreign_keys=ON",
+                            ] {
+                                conn.execute(pragma).await?;
+                            }
+                            Ok(())
+                        })
+                    })
+                    .connect(&url)
+                    .await?
+            }
+            Backend::Postgres => {
+                AnyPoolOptions::new()
+                    .max_connections(16)
+                    .connect(url)
+                    .await?
+            }
+        };
+        let store = Self { pool, backend };
+        store.migrate().await?;
+        store.ensure_workspace(DEFAULT_WORKSPACE, "default").await?;
+        Ok(store)
+    }
+
+    pub fn backend(&self) -> Backend {
+        self.backend
+    }
+
+    async fn migrate(&self) -> Result<()> {
+        sqlx::raw_sql("CREATE TABLE IF NOT EXISTS schema_migrations (version BIGINT PRIMARY KEY, applied_at BIGINT NOT NULL)")
+            .execute(&self.pool)
+            .await?;
+        let migrations = match self.backend {
+            Backend::Sqlite => SQLITE_MIGRATIONS,
+            Backend::Postgres => POSTGRES_MIGRATIONS,
+        };
+        for (version, sql) in migrations {
+            let mut tx = self.pool.begin().await?;
+            if self.backend == Backend::Postgres {
+                // Two processes starting at once: one migrates, one waits.
+                sqlx::query("SELECT pg_advisory_xact_lock(7231001)")
+                    .execute(&mut *tx)
+                    .await?;
+            }
+            let done: Option<i64> =
+                sqlx::query_scalar("SELECT version FROM schema_migrations WHERE version = $1")
+                    .bind(*version)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+            if done.is_none() {
+                sqlx::raw_sql(sql).execute(&mut *tx).await?;
+                sqlx::query("INSERT INTO schema_migrations (version, applied_at) VALUES ($1, $2)")
+                    .bind(*version)
+                    .bind(now_ms())
+                    .execute(&mut *tx)
+                    .await?;
+            }
+            tx.commit().await?;
+        }
+        Ok(())
+    }
+
+    /// Whether the database answers and its schema is current (`/readyz`).
+    pub async fn ready(&self) -> Result<bool> {
+        let v: Option<i64> = sqlx::query_scalar("SELECT MAX(version) FROM schema_migrations")
+            .fetch_one(&self.pool)
+            .await?;
+        Ok(v == Some(SCHEMA_VERSION))
+    }
+
+    pub async fn ensure_workspace(&self, id: &str, name: &str) -> Result<()> {
+        sqlx::query("INSERT INTO workspaces (id, name, created_at) VALUES ($1, $2, $3) ON CONFLICT (id) DO NOTHING")
+            .bind(id)
+            .bind(name)
+            .bind(now_ms())
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    // ------------------------------------------------------------ audit
+
+    /// Appends an audit event inside `tx` (the caller's state change and
+    /// this event commit together). Per-workspace appends are serialised:
+    /// SQLite by its single writer, PostgreSQL by an advisory lock.
+    async fn audit_in(
+        &self,
+        tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+        workspace: &str,
+        rec: AuditRecord,
+    ) -> Result<()> {
+        if self.backend == Backend::Postgres {
+            sqlx::query("SELECT pg_advisory_xact_lock(hashtext($1))")
+                .bind(workspace)
+                .execute(&mut **tx)
+                .await?;
+        }
+        let last: Option<String> = sqlx::query_scalar(
+            "SELECT line FROM audit_events WHERE workspace_id = $1 ORDER BY seq DESC LIMIT 1",
+        )
+        .bind(workspace)
+        .fetch_optional(&mut **tx)
+        .await?;
+        let prev = match last {
+            Some(l) => Some(
+                airlock_audit::from_json_line(&l).map_err(|e| StoreError::Audit(e.to_string()))?,
+            ),
+            None => None,
+        };
+        let seq = prev.as_ref().map_or(1, |p| p.event.seq + 1);
+        let event = airlock_audit::chain::AuditEvent {
+            workspace_id: workspace.to_string(),
+            seq,
+            at: rfc3339(now_ms()),
+            actor: rec.actor,
+            event_type: rec.event_type,
+            target: rec.target,
+            request_id: None,
+            run_id: rec.run_id,
+            action_id: None,
+            decision: rec.decision,
+            payload_hash: None,
+            result: rec.result,
+            metadata: rec.metadata,
+        };
+        let chained = airlock_audit::chain::append(prev.as_ref(), event)
+            .map_err(|e| StoreError::Audit(e.to_string()))?;
+        let line =
+            airlock_audit::to_json_line(&chained).map_err(|e| StoreError::Audit(e.to_string()))?;
+        sqlx::query(
+            "INSERT INTO audit_events (workspace_id, seq, line, hash) VALUES ($1, $2, $3, $4)",
+        )
+        .bind(workspace)
+        .bind(i64::try_from(seq).unwrap_or(i64::MAX))
+        .bind(line)
+        .bind(crate::ids::hex(&chained.hash))
+        .execute(&mut **tx)
+        .await?;
+        Ok(())
+    }
+
+    /// Appends an audit event on its own.
+    pub async fn audit(&self, workspace: &str, rec: AuditRecord) -> Result<()> {
+        let mut tx = self.pool.begin().await?;
+        self.audit_in(&mut tx, workspace, rec).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Every audit line of a workspace, in sequence order.
+    pub async fn audit_lines(&self, workspace: &str) -> Result<Vec<String>> {
+        Ok(
+            sqlx::query_scalar(
+                "SELECT line FROM audit_events WHERE workspace_id = $1 ORDER BY seq",
+            )
+            .bind(workspace)
+            .fetch_all(&self.pool)
+            .await?,
+        )
+    }
+
+    /// Workspaces that have audit events.
+    pub async fn audit_workspaces(&self) -> Result<Vec<String>> {
+        Ok(sqlx::query_scalar(
+            "SELECT DISTINCT workspace_id FROM audit_events ORDER BY workspace_id",
+        )
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
+    // ------------------------------------------------------------ runs
+
+    /// Creates a queued run (API-8: an idempotency key with the same
+    /// request returns the original; with a different one, a conflict;
+    /// concurrent duplicates create exactly one run).
+    pub async fn create_run(&self, new: NewRun) -> Result<Created> {
+        let input_text =
+            serde_json::to_string(&new.input).map_err(|e| StoreError::Db(e.to_string()))?;
+        let input_hash = sha256_hex(input_text.as_bytes());
+        let id = random_id("run");
+        let now = now_ms();
+        let mut tx = self.pool.begin().await?;
+        // Write first: in SQLite this takes the write lock at once, so the
+        // reads below cannot deadlock on a lock upgrade.
+        sqlx::query(
+            "INSERT INTO runs (id, workspace_id, worker_id, state, input, input_hash, trigger_source, actor, plan_id, created_at) \
+             VALUES ($1, $2, $3, 'queued', $4, $5, $6, $7, $8, $9)",
+        )
+        .bind(&id)
+        .bind(&new.workspace_id)
+        .bind(&new.worker_id)
+        .bind(&input_text)
+        .bind(&input_hash)
+        .bind(&new.trigger)
+        .bind(&new.actor)
+        .bind(&new.plan_id)
+        .bind(now)
+        .execute(&mut *tx)
+        .await?;
+        if let Some((key, request_hash)) = &new.idempotency {
+            let inserted = sqlx::query(
+                "INSERT INTO idempotency_keys (workspace_id, actor, key, request_hash, run_id, created_at) \
+                 VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (workspace_id, actor, key) DO NOTHING",
+            )
+            .bind(&new.workspace_id)
+            .bind(&new.actor)
+            .bind(key)
+            .bind(request_hash)
+            .bind(&id)
+            .bind(now)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+            if inserted == 0 {
+                tx.rollback().await?;
+                let row = sqlx::query(
+                    "SELECT request_hash, run_id FROM idempotency_keys WHERE workspace_id = $1 AND actor = $2 AND key = $3",
+                )
+                .bind(&new.workspace_id)
+                .bind(&new.actor)
+                .bind(key)
+                .fetch_one(&self.pool)
+                .await?;
+                let existing_hash: String = row.try_get("request_hash")?;
+                if &existing_hash != request_hash {
+                    return Err(StoreError::IdempotencyConflict);
+                }
+                let run_id: String = row.try_get("run_id")?;
+                let run = self
+                    .get_run(&new.workspace_id, &run_id)
+                    .await?
+                    .ok_or(StoreError::NotFound)?;
+                return Ok(Created {
+                    run,
+                    created: false,
+                });
+            }
+        }
+        self.audit_in(
+            &mut tx,
+            &new.workspace_id,
+            AuditRecord::system("run.created", Some(&id))
+                .with_actor(airlock_audit::chain::Actor::Human(new.actor.clone()))
+                .with_metadata(serde_json::json!({"worker": new.worker_id, "trigger": new.trigger, "input_hash": input_hash})),
+        )
+        .await?;
+        tx.commit().await?;
+        let run = self
+            .get_run(&new.workspace_id, &id)
+            .await?
+            .ok_or(StoreError::NotFound)?;
+        Ok(Created { run, created: true })
+    }
+
+    pub async fn get_run(&self, workspace: &str, id: &str) -> Result<Option<RunRecord>> {
+        let row = sqlx::query(&format!(
+            "SELECT {RUN_COLUMNS} FROM runs WHERE workspace_id = $1 AND id = $2"
+        ))
+        .bind(workspace)
+        .bind(id)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.as_ref().map(run_from_row).transpose()
+    }
+
+    /// Newest first; `before` is a cursor (the last id of the previous page).
+    pub async fn list_runs(
+        &self,
+        workspace: &str,
+        state: Option<RunState>,
+        limit: i64,
+        before: Option<&str>,
+    ) -> Result<Vec<RunRecord>> {
+        let limit = limit.clamp(1, 500);
+        let cursor = match before {
+            Some(id) => sqlx::query_scalar::<_, i64>(
+                "SELECT created_at FROM runs WHERE workspace_id = $1 AND id = $2",
+            )
+            .bind(workspace)
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?
+            .map(|t| (t, id.to_string())),
+            None => None,
+        };
+        let (t, cid) = cursor.unwrap_or((i64::MAX, String::new()));
+        let state_filter = state.map(RunState::as_str).unwrap_or("");
+        let rows = sqlx::query(&format!(
+            "SELECT {RUN_COLUMNS} FROM runs WHERE workspace_id = $1 AND ($2 = '' OR state = $2) \
+             AND (created_at < $3 OR (created_at = $3 AND id < $4) OR $4 = '') \
+             ORDER BY created_at DESC, id DESC LIMIT $5"
+        ))
+        .bind(workspace)
+        .bind(state_filter)
+        .bind(t)
+        .bind(&cid)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(run_from_row).collect()
+    }
+
+    /// 1-based position in the queue, for queued runs.
+    pub async fn queue_position(&self, workspace: &str, id: &str) -> Result<Option<i64>> {
+        let Some(run) = self.get_run(workspace, id).await? else {
+            return Ok(None);
+        };
+        if run.state != RunState::Queued {
+            return Ok(None);
+        }
+        let ahead: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM runs WHERE state = 'queued' AND cancel_requested = 0 AND (created_at < $1 OR (created_at = $1 AND id < $2))",
+        )
+        .bind(run.created_at)
+        .bind(&run.id)
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(Some(ahead + 1))
+    }
+
+    /// Claims the oldest queued run not in `exclude_workers` (workers at
+    /// their concurrency cap), with a lease and a fresh fencing token.
+    pub async fn claim_next(
+        &self,
+        owner: &str,
+        lease: Duration,
+        exclude_workers: &[String],
+    ) -> Result<Option<Claim>> {
+        let now = now_ms();
+        let expires = now + i64::try_from(lease.as_millis()).unwrap_or(i64::MAX / 2);
+        let excluded = serde_json::to_string(exclude_workers).unwrap_or_else(|_| "[]".into());
+        let lock = match self.backend {
+            Backend::Postgres => "FOR UPDATE SKIP LOCKED",
+            Backend::Sqlite => "",
+        };
+        let not_excluded = match self.backend {
+            Backend::Postgres => {
+                "NOT (worker_id = ANY (SELECT json_array_elements_text($4::json)))"
+            }
+            Backend::Sqlite => "worker_id NOT IN (SELECT value FROM json_each($4))",
+        };
+        let sql = format!(
+            "UPDATE runs SET state = 'running', lease_owner = $1, lease_expires_at = $2, \
+             fencing_token = fencing_token + 1, attempt = attempt + 1, started_at = COALESCE(started_at, $3) \
+             WHERE id = (SELECT id FROM runs WHERE state = 'queued' AND cancel_requested = 0 AND {not_excluded} \
+                         ORDER BY created_at, id LIMIT 1 {lock}) \
+             AND state = 'queued' RETURNING {RUN_COLUMNS}"
+        );
+        let mut tx = self.pool.begin().await?;
+        let row = sqlx::query(&sql)
+            .bind(owner)
+            .bind(expires)
+            .bind(now)
+            .bind(&excluded)
+            .fetch_optional(&mut *tx)
+            .await?;
+        let Some(row) = row else {
+            tx.rollback().await?;
+            return Ok(None);
+        };
+        let run = run_from_row(&row)?;
+        self.audit_in(
+            &mut tx,
+            &run.workspace_id,
+            AuditRecord::system("run.claimed", Some(&run.id)).with_metadata(serde_json::json!({"owner": owner, "token": run.fencing_token, "attempt": run.attempt})),
+        )
+        .await?;
+        tx.commit().await?;
+        let token = run.fencing_token;
+        Ok(Some(Claim { run, token }))
+    }
+
+    /// Claims one specific queued run (the CLI's `airlock run` executes
+    /// exactly the run it created, through the same pipeline).
+    pub async fn claim_run(
+        &self,
+        owner: &str,
+        lease: Duration,
+        run_id: &str,
+    ) -> Result<Option<Claim>> {
+        let now = now_ms();
+        let expires = now + i64::try_from(lease.as_millis()).unwrap_or(i64::MAX / 2);
+        let mut tx = self.pool.begin().await?;
+        let row = sqlx::query(&format!(
+            "UPDATE runs SET state = 'running', lease_owner = $1, lease_expires_at = $2,              fencing_token = fencing_token + 1, attempt = attempt + 1, started_at = COALESCE(started_at, $3)              WHERE id = $4 AND state = 'queued' AND cancel_requested = 0 RETURNING {RUN_COLUMNS}"
+        ))
+        .bind(owner)
+        .bind(expires)
+        .bind(now)
+        .bind(run_id)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some(row) = row else {
+            tx.rollback().await?;
+            return Ok(None);
+        };
+        let run = run_from_row(&row)?;
+        self.audit_in(
+            &mut tx,
+            &run.workspace_id,
+            AuditRecord::system("run.claimed", Some(&run.id)).with_metadata(serde_json::json!({"owner": owner, "token": run.fencing_token, "attempt": run.attempt})),
+        )
+        .await?;
+        tx.commit().await?;
+        let token = run.fencing_token;
+        Ok(Some(Claim { run, token }))
+    }
+
+    /// Expires every lease held by `owner_prefix` (startup recovery: a
+    /// node that restarts knows its previous incarnation is dead).
+    pub async fn expire_leases_of(&self, owner_prefix: &str) -> Result<u64> {
+        let n = sqlx::query(
+            "UPDATE runs SET lease_expires_at = 0 WHERE state = 'running' AND substr(lease_owner, 1, length($1)) = $1",
+        )
+        .bind(owner_prefix)
+            .execute(&self.pool)
+            .await?
+            .rows_affected();
+        Ok(n)
+    }
+
+    fn stale(affected: u64) -> Result<()> {
+        if affected == 0 {
+            Err(StoreError::StaleToken)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Extends the lease; refused for a stale token.
+    pub async fn renew_lease(&self, run_id: &str, token: i64, lease: Duration) -> Result<()> {
+        let expires = now_ms() + i64::try_from(lease.as_millis()).unwrap_or(i64::MAX / 2);
+        let n = sqlx::query("UPDATE runs SET lease_expires_at = $1 WHERE id = $2 AND fencing_token = $3 AND state = 'running'")
+            .bind(expires)
+            .bind(run_id)
+            .bind(token)
+            .execute(&self.pool)
+            .await?
+            .rows_affected();
+        Self::stale(n)
+    }
+
+    /// Records that the workload is about to start: from here on, a crash
+    /// may have had effects (DUR-2).
+    pub async fn mark_workload_started(&self, run_id: &str, token: i64) -> Result<()> {
+        let n = sqlx::query("UPDATE runs SET workload_started = 1 WHERE id = $1 AND fencing_token = $2 AND state = 'running'")
+            .bind(run_id)
+            .bind(token)
+            .execute(&self.pool)
+            .await?
+            .rows_affected();
+        Self::stale(n)
+    }
+
+    /// Appends a run event (logs, status, artifacts …) under the token.
+    pub async fn append_event(
+        &self,
+        run_id: &str,
+        token: i64,
+        kind: &str,
+        data: &serde_json::Value,
+    ) -> Result<i64> {
+        let mut tx = self.pool.begin().await?;
+        let row = sqlx::query(
+            "UPDATE runs SET next_event_seq = next_event_seq + 1 WHERE id = $1 AND fencing_token = $2 AND state = 'running' \
+             RETURNING next_event_seq - 1 AS seq, workspace_id",
+        )
+        .bind(run_id)
+        .bind(token)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some(row) = row else {
+            tx.rollback().await?;
+            return Err(StoreError::StaleToken);
+        };
+        let seq: i64 = row.try_get("seq")?;
+        let ws: String = row.try_get("workspace_id")?;
+        sqlx::query("INSERT INTO run_events (workspace_id, run_id, seq, at, kind, data) VALUES ($1, $2, $3, $4, $5, $6)")
+            .bind(&ws)
+            .bind(run_id)
+            .bind(seq)
+            .bind(now_ms())
+            .bind(kind)
+            .bind(data.to_string())
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(seq)
+    }
+
+    /// Events after `after_seq`, oldest first.
+    pub async fn events(
+        &self,
+        workspace: &str,
+        run_id: &str,
+        after_seq: i64,
+        limit: i64,
+    ) -> Result<Vec<RunEvent>> {
+        let rows = sqlx::query(
+            "SELECT seq, at, kind, data FROM run_events WHERE workspace_id = $1 AND run_id = $2 AND seq > $3 ORDER BY seq LIMIT $4",
+        )
+        .bind(workspace)
+        .bind(run_id)
+        .bind(after_seq)
+        .bind(limit.clamp(1, 10_000))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|r| {
+                let data: String = r.try_get("data")?;
+                Ok(RunEvent {
+                    seq: r.try_get("seq")?,
+                    at: r.try_get("at")?,
+                    kind: r.try_get("kind")?,
+                    data: serde_json::from_str(&data).unwrap_or(serde_json::Value::Null),
+                })
+            })
+            .collect()
+    }
+
+    /// Records a published artifact under the token.
+    pub async fn add_artifact(&self, run_id: &str, token: i64, a: &Artifact) -> Result<()> {
+        let mut tx = self.pool.begin().await?;
+        let ws: Option<String> = sqlx::query_scalar(
+            "UPDATE runs SET next_event_seq = next_event_seq WHERE id = $1 AND fencing_token = $2 AND state = 'running' RETURNING workspace_id",
+        )
+        .bind(run_id)
+        .bind(token)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some(ws) = ws else {
+            tx.rollback().await?;
+            return Err(StoreError::StaleToken);
+        };
+        sqlx::query(
+            "INSERT INTO artifacts (workspace_id, run_id, name, digest, size, media_type, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7)",
+        )
+        .bind(&ws)
+        .bind(run_id)
+        .bind(&a.name)
+        .bind(&a.digest)
+        .bind(a.size)
+        .bind(&a.media_type)
+        .bind(now_ms())
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    pub async fn artifacts(&self, workspace: &str, run_id: &str) -> Result<Vec<Artifact>> {
+        let rows = sqlx::query("SELECT name, digest, size, media_type FROM artifacts WHERE workspace_id = $1 AND run_id = $2 ORDER BY name")
+            .bind(workspace)
+            .bind(run_id)
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter()
+            .map(|r| {
+                Ok(Artifact {
+                    name: r.try_get("name")?,
+                    digest: r.try_get("digest")?,
+                    size: r.try_get("size")?,
+                    media_type: r.try_get("media_type")?,
+                })
+            })
+            .collect()
+    }
+
+    /// The executor's terminal write, with its audit event, under the token.
+    pub async fn finish_run(
+        &self,
+        run_id: &str,
+        token: i64,
+        state: RunState,
+        f: &Finish,
+    ) -> Result<()> {
+        let js = |v: &Option<serde_json::Value>| v.as_ref().map(|v| v.to_string());
+        let mut tx = self.pool.begin().await?;
+        let ws: Option<String> = sqlx::query_scalar(
+            "UPDATE runs SET state = $1, finished_at = $2, exit_code = $3, signal = $4, error_code = $5, error_message = $6, \
+             containment = $7, egress = $8, outputs = $9, lease_owner = NULL, lease_expires_at = NULL \
+             WHERE id = $10 AND fencing_token = $11 AND state = 'running' RETURNING workspace_id",
+        )
+        .bind(state.as_str())
+        .bind(now_ms())
+        .bind(f.exit_code)
+        .bind(f.signal)
+        .bind(&f.error_code)
+        .bind(&f.error_message)
+        .bind(js(&f.containment))
+        .bind(js(&f.egress))
+        .bind(js(&f.outputs))
+        .bind(run_id)
+        .bind(token)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some(ws) = ws else {
+            tx.rollback().await?;
+            return Err(StoreError::StaleToken);
+        };
+        self.audit_in(
+            &mut tx,
+            &ws,
+            AuditRecord::system("run.finished", Some(run_id))
+                .with_result(state.as_str())
+                .with_metadata(
+                    serde_json::json!({"error_code": f.error_code, "exit_code": f.exit_code}),
+                ),
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Moves a queued run straight to a terminal state (e.g. `blocked`
+    /// before anything executes), with its audit event.
+    pub async fn settle_queued(
+        &self,
+        workspace: &str,
+        run_id: &str,
+        state: RunState,
+        code: &str,
+        message: &str,
+    ) -> Result<bool> {
+        let mut tx = self.pool.begin().await?;
+        let n = sqlx::query(
+            "UPDATE runs SET state = $1, finished_at = $2, error_code = $3, error_message = $4 WHERE workspace_id = $5 AND id = $6 AND state IN ('queued', 'running')",
+        )
+        .bind(state.as_str())
+        .bind(now_ms())
+        .bind(code)
+        .bind(message)
+        .bind(workspace)
+        .bind(run_id)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        if n == 0 {
+            tx.rollback().await?;
+            return Ok(false);
+        }
+        self.audit_in(
+            &mut tx,
+            workspace,
+            AuditRecord::system("run.settled", Some(run_id))
+                .with_result(state.as_str())
+                .with_metadata(serde_json::json!({"code": code})),
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(true)
+    }
+
+    /// RUN-5: idempotent cancel. A queued run becomes `cancelled` at once
+    /// and never starts; a running one is flagged (its executor kills it and
+    /// writes `cancelled`); a terminal run is unchanged. Returns the state
+    /// after the call.
+    pub async fn cancel_run(&self, workspace: &str, run_id: &str, actor: &str) -> Result<RunState> {
+        let mut tx = self.pool.begin().await?;
+        let queued = sqlx::query(
+            "UPDATE runs SET state = 'cancelled', cancel_requested = 1, finished_at = $1, error_code = 'cancelled' \
+             WHERE workspace_id = $2 AND id = $3 AND state = 'queued'",
+        )
+        .bind(now_ms())
+        .bind(workspace)
+        .bind(run_id)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        let running = if queued == 0 {
+            sqlx::query("UPDATE runs SET cancel_requested = 1 WHERE workspace_id = $1 AND id = $2 AND state = 'running' AND cancel_requested = 0")
+                .bind(workspace)
+                .bind(run_id)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected()
+        } else {
+            0
+        };
+        if queued + running > 0 {
+            self.audit_in(
+                &mut tx,
+                workspace,
+                AuditRecord::system("run.cancel_requested", Some(run_id))
+                    .with_actor(airlock_audit::chain::Actor::Human(actor.to_string()))
+                    .with_result(if queued > 0 {
+                        "cancelled"
+                    } else {
+                        "cancelling"
+                    }),
+            )
+            .await?;
+            tx.commit().await?;
+        } else {
+            tx.rollback().await?;
+        }
+        let run = self
+            .get_run(workspace, run_id)
+            .await?
+            .ok_or(StoreError::NotFound)?;
+        Ok(run.state)
+    }
+
+    /// Whether a cancel was requested for a running run.
+    pub async fn cancel_requested(&self, run_id: &str) -> Result<bool> {
+        let v: Option<i64> = sqlx::query_scalar("SELECT cancel_requested FROM runs WHERE id = $1")
+            .bind(run_id)
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(v.unwrap_or(0) != 0)
+    }
+
+    /// DUR-2 reaper: runs whose lease expired. A run whose workload had not
+    /// started is requeued; one that may have had effects is requeued once
+    /// if `idempotent(worker)` says so, else it becomes `unknown`.
+    pub async fn reap_expired(
+        &self,
+        idempotent: &(dyn Fn(&str) -> bool + Sync),
+    ) -> Result<Vec<(String, RunState)>> {
+        let now = now_ms();
+        let rows = sqlx::query("SELECT id, workspace_id, worker_id, workload_started, attempt FROM runs WHERE state = 'running' AND lease_expires_at < $1")
+            .bind(now)
+            .fetch_all(&self.pool)
+            .await?;
+        let mut out = Vec::new();
+        for r in rows {
+            let id: String = r.try_get("id")?;
+            let ws: String = r.try_get("workspace_id")?;
+            let worker: String = r.try_get("worker_id")?;
+            let started = r.try_get::<i64, _>("workload_started")? != 0;
+            let attempt: i64 = r.try_get("attempt")?;
+            let (state, sql) = if !started || (idempotent(&worker) && attempt < 2) {
+                (
+                    RunState::Queued,
+                    "UPDATE runs SET state = 'queued', lease_owner = NULL, lease_expires_at = NULL, workload_started = 0 WHERE id = $1 AND state = 'running' AND lease_expires_at < $2",
+                )
+            } else {
+                (
+                    RunState::Unknown,
+                    "UPDATE runs SET state = 'unknown', finished_at = $2, error_code = 'abandoned', lease_owner = NULL WHERE id = $1 AND state = 'running' AND lease_expires_at < $2",
+                )
+            };
+            let mut tx = self.pool.begin().await?;
+            let n = sqlx::query(sql)
+                .bind(&id)
+                .bind(now)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+            if n == 0 {
+                tx.rollback().await?;
+                continue;
+            }
+            self.audit_in(
+                &mut tx,
+                &ws,
+                AuditRecord::system("run.reaped", Some(&id))
+                    .with_result(state.as_str())
+                    .with_metadata(
+                        serde_json::json!({"workload_started": started, "attempt": attempt}),
+                    ),
+            )
+            .await?;
+            tx.commit().await?;
+            out.push((id, state));
+        }
+        Ok(out)
+    }
+
+    /// Counts of runs by state (for metrics and the queue view).
+    pub async fn count_by_state(&self) -> Result<Vec<(String, i64)>> {
+        let rows =
+            sqlx::query("SELECT state, COUNT(*) AS n FROM runs GROUP BY state ORDER BY state")
+                .fetch_all(&self.pool)
+                .await?;
+        rows.iter()
+            .map(|r| Ok((r.try_get("state")?, r.try_get("n")?)))
+            .collect()
+    }
+
+    /// Running runs per worker (for per-worker caps).
+    pub async fn running_per_worker(&self) -> Result<Vec<(String, i64)>> {
+        let rows = sqlx::query(
+            "SELECT worker_id, COUNT(*) AS n FROM runs WHERE state = 'running' GROUP BY worker_id",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|r| Ok((r.try_get("worker_id")?, r.try_get("n")?)))
+            .collect()
+    }
+
+    // ------------------------------------------------------------ plans
+
+    /// Stores a plan and returns its opaque token (shown once; stored hashed).
+    pub async fn create_plan(
+        &self,
+        workspace: &str,
+        worker_id: &str,
+        plan: &serde_json::Value,
+        ttl: Duration,
+    ) -> Result<(String, StoredPlan)> {
+        let token = random_id("plan");
+        let id = random_id("pln");
+        let now = now_ms();
+        let expires_at = now + i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX / 2);
+        let mut tx = self.pool.begin().await?;
+        sqlx::query("INSERT INTO plans (id, workspace_id, token_hash, worker_id, plan, created_at, expires_at) VALUES ($1, $2, $3, $4, $5, $6, $7)")
+            .bind(&id)
+            .bind(workspace)
+            .bind(sha256_hex(token.as_bytes()))
+            .bind(worker_id)
+            .bind(plan.to_string())
+            .bind(now)
+            .bind(expires_at)
+            .execute(&mut *tx)
+            .await?;
+        self.audit_in(
+            &mut tx,
+            workspace,
+            AuditRecord::system("plan.created", None)
+                .with_metadata(serde_json::json!({"plan": id, "worker": worker_id})),
+        )
+        .await?;
+        tx.commit().await?;
+        Ok((
+            token,
+            StoredPlan {
+                id,
+                workspace_id: workspace.to_string(),
+                worker_id: worker_id.to_string(),
+                plan: plan.clone(),
+                expires_at,
+            },
+        ))
+    }
+
+    /// Consumes a plan token atomically: used, expired or unknown tokens
+    /// are refused; exactly one caller wins a race.
+    pub async fn consume_plan(&self, workspace: &str, token: &str) -> Result<StoredPlan> {
+        let hash = sha256_hex(token.as_bytes());
+        let now = now_ms();
+        let mut tx = self.pool.begin().await?;
+        let row = sqlx::query(
+            "UPDATE plans SET used_at = $1 WHERE workspace_id = $2 AND token_hash = $3 AND used_at IS NULL AND expires_at > $1 \
+             RETURNING id, worker_id, plan, expires_at",
+        )
+        .bind(now)
+        .bind(workspace)
+        .bind(&hash)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some(row) = row else {
+            tx.rollback().await?;
+            let status = sqlx::query(
+                "SELECT used_at, expires_at FROM plans WHERE workspace_id = $1 AND token_hash = $2",
+            )
+            .bind(workspace)
+            .bind(&hash)
+            .fetch_optional(&self.pool)
+            .await?;
+            return Err(StoreError::Plan(match status {
+                None => "unknown or tampered token",
+                Some(r) if r.try_get::<Option<i64>, _>("used_at")?.is_some() => {
+                    "token already used"
+                }
+                Some(_) => "token expired",
+            }));
+        };
+        let plan: String = row.try_get("plan")?;
+        let stored = StoredPlan {
+            id: row.try_get("id")?,
+            workspace_id: workspace.to_string(),
+            worker_id: row.try_get("worker_id")?,
+            plan: serde_json::from_str(&plan).map_err(|e| StoreError::Db(e.to_string()))?,
+            expires_at: row.try_get("expires_at")?,
+        };
+        self.audit_in(
+            &mut tx,
+            workspace,
+            AuditRecord::system("plan.consumed", None)
+                .with_metadata(serde_json::json!({"plan": stored.id})),
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(stored)
+    }
+
+    /// Raw pool access for tests that attack the database directly.
+    pub fn pool(&self) -> &AnyPool {
+        &self.pool
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn rfc3339_formats_known_instants() {
+        assert_eq!(super::rfc3339(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(
+            super::rfc3339(1_700_000_000_123),
+            "2023-11-14T22:13:20.123Z"
+        );
+        assert_eq!(super::rfc3339(951_782_400_000), "2000-02-29T00:00:00.000Z");
+    }
+}

@@ -1,0 +1,186 @@
+//! RUN-3: run inputs are checked against `[inputs]` and normalised.
+
+use airlock_worker::{InputError, MAX_INPUT_BYTES, Manifest};
+use serde_json::{Value, json};
+
+use super::{parse_ok, script};
+
+fn manifest() -> Manifest {
+    parse_ok(&script(
+        r#"
+[inputs.name]
+type = "string"
+max_length = 5
+
+[inputs.times]
+type = "number"
+default = 1
+
+[inputs.shout]
+type = "boolean"
+default = false
+
+[inputs.colour]
+type = "string"
+enum = ["red", "green"]
+required = false
+
+[inputs.size]
+type = "number"
+enum = [1, 2.5]
+required = false
+
+[inputs.data]
+type = "json"
+max_bytes = 16
+required = false
+"#,
+    ))
+}
+
+#[test]
+fn run_3_input_refusal_table() {
+    let m = manifest();
+    let cases: Vec<(&str, Value, &str)> = vec![
+        (
+            "not an object",
+            json!([1]),
+            "input must be a JSON object, got an array",
+        ),
+        (
+            "a string",
+            json!("x"),
+            "input must be a JSON object, got a string",
+        ),
+        (
+            "missing required",
+            json!({}),
+            "inputs.name: missing required input",
+        ),
+        (
+            "null required",
+            json!({"name": null}),
+            "inputs.name: missing required input",
+        ),
+        (
+            "unknown key",
+            json!({"name": "a", "nmae": "b"}),
+            "inputs.nmae: unknown input (declared: colour, data, name, shout, size, times)",
+        ),
+        (
+            "string wrong type",
+            json!({"name": 5}),
+            "inputs.name: expected a string, got a number",
+        ),
+        (
+            "number wrong type",
+            json!({"name": "a", "times": "2"}),
+            "inputs.times: expected a number, got a string",
+        ),
+        (
+            "boolean wrong type",
+            json!({"name": "a", "shout": "yes"}),
+            "inputs.shout: expected a boolean, got a string",
+        ),
+        (
+            "string enum",
+            json!({"name": "a", "colour": "blue"}),
+            "inputs.colour: \"blue\" is not one of \"red\", \"green\"",
+        ),
+        (
+            "number enum",
+            json!({"name": "a", "size": 3}),
+            "inputs.size: 3 is not one of 1, 2.5",
+        ),
+        (
+            "too long",
+            json!({"name": "abcdef"}),
+            "inputs.name: longer than 5 characters (6)",
+        ),
+        (
+            "json too big",
+            json!({"name": "a", "data": {"k": "0123456789"}}),
+            "inputs.data: larger than 16 bytes as JSON (18)",
+        ),
+    ];
+    for (label, input, message) in cases {
+        let err = m.check_input(&input).unwrap_err();
+        assert_eq!(err.to_string(), message, "{label}");
+        assert_eq!(err.code(), "invalid_input", "{label}");
+    }
+}
+
+#[test]
+fn run_3_defaults_are_filled_and_nulls_mean_absent() {
+    let m = manifest();
+    assert_eq!(
+        m.check_input(&json!({"name": "Ada"})).unwrap(),
+        json!({"name": "Ada", "times": 1, "shout": false})
+    );
+    assert_eq!(
+        m.check_input(&json!({"name": "Ada", "times": null, "colour": null, "shout": true}))
+            .unwrap(),
+        json!({"name": "Ada", "times": 1, "shout": true})
+    );
+    assert_eq!(
+        m.check_input(
+            &json!({"name": "Ada", "times": 2.5, "colour": "red", "size": 2.5, "data": [1]})
+        )
+        .unwrap(),
+        json!({"name": "Ada", "times": 2.5, "shout": false, "colour": "red", "size": 2.5, "data": [1]})
+    );
+    // max_length counts characters, not bytes.
+    assert!(m.check_input(&json!({"name": "éééé"})).is_ok());
+}
+
+#[test]
+fn run_3_oversized_input_is_refused() {
+    let m = manifest();
+    let err = m
+        .check_input(&json!({"name": "a", "data": "x".repeat(MAX_INPUT_BYTES)}))
+        .unwrap_err();
+    assert_eq!(
+        err,
+        InputError::TooLarge {
+            limit: MAX_INPUT_BYTES
+        }
+    );
+}
+
+#[test]
+fn run_3_unknown_keys_are_not_echoed_unbounded() {
+    let m = manifest();
+    let long = "k".repeat(10_000);
+    let err = m.check_input(&json!({ long: 1 })).unwrap_err();
+    assert!(err.to_string().len() < 300, "{err}");
+}
+
+#[test]
+fn run_3_no_declared_inputs_accepts_only_an_empty_object() {
+    let m = parse_ok(&script(""));
+    assert_eq!(m.check_input(&json!({})).unwrap(), json!({}));
+    assert_eq!(
+        m.check_input(&json!({"x": 1})).unwrap_err().to_string(),
+        "inputs.x: unknown input (declared: none)"
+    );
+}
+
+#[test]
+fn run_3_file_inputs_need_the_upload_api() {
+    let m = parse_ok(&script(
+        "[inputs.doc]\ntype = \"file\"\n[inputs.extra]\ntype = \"file\"\nrequired = false\n",
+    ));
+    for input in [json!({"doc": "upload:abc"}), json!({})] {
+        let err = m.check_input(&input).unwrap_err();
+        assert_eq!(err.code(), "file_input_unavailable");
+        assert_eq!(
+            err.to_string(),
+            "inputs.doc: file inputs need the upload API, which is not available yet"
+        );
+    }
+    // An optional file input left out is fine.
+    let m = parse_ok(&script(
+        "[inputs.extra]\ntype = \"file\"\nrequired = false\n",
+    ));
+    assert_eq!(m.check_input(&json!({})).unwrap(), json!({}));
+}
