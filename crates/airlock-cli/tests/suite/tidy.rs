@@ -76,3 +76,26 @@ fn library_crates_never_print() {
         }
     }
 }
+
+#[test]
+fn only_the_store_crate_contains_sql() {
+    let mut files = Vec::new();
+    rust_files(&crates_dir(), &mut files);
+    let offenders: Vec<_> = files
+        .iter()
+        .filter(|p| {
+            let s = p.to_string_lossy();
+            s.contains("/src/") && !s.contains("airlock-store/")
+        })
+        .filter(|p| {
+            let text = std::fs::read_to_string(p).unwrap_or_default();
+            ["SELECT ", "INSERT INTO", "UPDATE runs", "DELETE FROM"]
+                .iter()
+                .any(|k| text.contains(k))
+        })
+        .collect();
+    assert!(
+        offenders.is_empty(),
+        "SQL outside airlock-store: {offenders:?}"
+    );
+}
