@@ -227,6 +227,19 @@ pub fn run(paths: &Paths, a: &RunArgs) -> ExitCode {
             Err(e) => return err(format!("{}: {e}", e.code())),
         };
         let id = created.run.id.clone();
+        let progress = !a.json && std::io::IsTerminal::is_terminal(&std::io::stderr());
+        if progress {
+            eprintln!(
+                "airlock: {id} {} ({})",
+                created.run.worker_id,
+                if created.created {
+                    "queued"
+                } else {
+                    "existing run"
+                }
+            );
+        }
+        let started = std::time::Instant::now();
         if created.created {
             // Execute this run in this process, through the same pipeline.
             let claim = match svc
@@ -256,6 +269,13 @@ pub fn run(paths: &Paths, a: &RunArgs) -> ExitCode {
             Ok(r) => r,
             Err(e) => return err(e),
         };
+        if progress {
+            eprintln!(
+                "airlock: {id} {} after {:.1} s",
+                run.state.as_str(),
+                started.elapsed().as_secs_f64()
+            );
+        }
         print_run(&svc, &run, a.json).await;
         run_exit(&run)
     })

@@ -621,3 +621,40 @@ fn aud_2_audit_verify_names_the_first_bad_sequence_on_a_tampered_copy() {
         assert!(text.contains(expect), "{name}: {text}");
     }
 }
+
+#[test]
+fn api_6_events_resume_after_last_event_id() {
+    let env = Env::new();
+    env.sh_worker(
+        "chatty",
+        "",
+        "echo one\necho two >&2\necho '{}' > /airlock/output/result.json\n",
+    );
+    let server = Server::start(&env, &[]);
+    let (_, v) = server.json("POST", "/v1/workers/chatty/runs", Some("{}"), &[]);
+    let id = v["run"]["id"].as_str().unwrap().to_string();
+    server.wait_state(&id, &["succeeded"]);
+    let (_, all) = server.request("GET", &format!("/v1/runs/{id}/events"), None, &[]);
+    let ids: Vec<&str> = all.lines().filter_map(|l| l.strip_prefix("id: ")).collect();
+    assert!(ids.len() >= 4, "{all}");
+    assert!(
+        all.contains("event: log") && all.contains("event: finish") && all.contains("event: end"),
+        "{all}"
+    );
+    // A client that saw up to event 2 resumes with the rest, nothing repeated.
+    let (_, rest) = server.request(
+        "GET",
+        &format!("/v1/runs/{id}/events"),
+        None,
+        &[("Last-Event-ID", "2")],
+    );
+    let rest_ids: Vec<&str> = rest
+        .lines()
+        .filter_map(|l| l.strip_prefix("id: "))
+        .collect();
+    assert_eq!(rest_ids, ids[2..].to_vec(), "{rest}");
+    // Another id is a 404 with the error shape.
+    let (code, body) = server.json("GET", "/v1/runs/run_nope/events", None, &[]);
+    assert_eq!(code, 404);
+    assert_eq!(body["error"]["code"], "not_found");
+}
