@@ -147,9 +147,22 @@ impl Service {
     /// Startup recovery: runs leased by a previous incarnation of this node
     /// are dead; settle them the same way the reaper would.
     pub async fn recover_startup(&self) -> Result<Vec<(String, RunState)>, StoreError> {
-        self.store
-            .expire_leases_of(&format!("{}:", self.cfg.node_id))
-            .await?;
+        // Owners are `node:pid`. Several processes may share a node id (two
+        // `airlock up` on one host): only a holder whose process is gone is
+        // known dead; live holders keep their leases until they expire.
+        for (run_id, owner) in self
+            .store
+            .lease_owners(&format!("{}:", self.cfg.node_id))
+            .await?
+        {
+            let pid = owner.rsplit(':').next().and_then(|p| p.parse::<u32>().ok());
+            let alive = pid.is_some_and(|p| {
+                p != std::process::id() && Path::new(&format!("/proc/{p}")).exists()
+            });
+            if !alive {
+                self.store.expire_lease(&run_id, &owner).await?;
+            }
+        }
         self.reap_once().await
     }
 

@@ -752,8 +752,30 @@ impl Store {
         Ok(Some(Claim { run, token }))
     }
 
-    /// Expires every lease held by `owner_prefix` (startup recovery: a
-    /// node that restarts knows its previous incarnation is dead).
+    /// Lease owners of running runs whose owner starts with `owner_prefix`.
+    pub async fn lease_owners(&self, owner_prefix: &str) -> Result<Vec<(String, String)>> {
+        let rows = sqlx::query(
+            "SELECT id, lease_owner FROM runs WHERE state = 'running' AND substr(lease_owner, 1, length($1)) = $1",
+        )
+        .bind(owner_prefix)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|r| Ok((r.try_get("id")?, r.try_get("lease_owner")?)))
+            .collect()
+    }
+
+    /// Expires the lease of one run held by `owner` (its holder is known dead).
+    pub async fn expire_lease(&self, run_id: &str, owner: &str) -> Result<()> {
+        sqlx::query("UPDATE runs SET lease_expires_at = 0 WHERE id = $1 AND state = 'running' AND lease_owner = $2")
+            .bind(run_id)
+            .bind(owner)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    /// Expires every lease held by `owner_prefix`.
     pub async fn expire_leases_of(&self, owner_prefix: &str) -> Result<u64> {
         let n = sqlx::query(
             "UPDATE runs SET lease_expires_at = 0 WHERE state = 'running' AND substr(lease_owner, 1, length($1)) = $1",

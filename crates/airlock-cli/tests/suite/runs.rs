@@ -658,3 +658,114 @@ fn api_6_events_resume_after_last_event_id() {
     assert_eq!(code, 404);
     assert_eq!(body["error"]["code"], "not_found");
 }
+
+/// A fresh PostgreSQL database for one test (dropped at the end).
+struct PgDb(String);
+
+impl PgDb {
+    fn new() -> Option<Self> {
+        let name = format!(
+            "airlock_cli_{}_{}",
+            std::process::id(),
+            Instant::now().elapsed().as_nanos() % 1_000_000
+        );
+        let ok = Command::new("psql")
+            .args([
+                "-h",
+                "127.0.0.1",
+                "-U",
+                "postgres",
+                "-qc",
+                &format!("CREATE DATABASE {name}"),
+            ])
+            .status()
+            .is_ok_and(|s| s.success());
+        if !ok {
+            assert!(
+                std::env::var("AIRLOCK_TEST_SKIP_POSTGRES").is_ok(),
+                "PostgreSQL at 127.0.0.1:5432 is required"
+            );
+            return None;
+        }
+        Some(Self(name))
+    }
+    fn url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:5432/{}", self.0)
+    }
+}
+
+impl Drop for PgDb {
+    fn drop(&mut self) {
+        let _ = Command::new("psql")
+            .args([
+                "-h",
+                "127.0.0.1",
+                "-U",
+                "postgres",
+                "-qc",
+                &format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.0),
+            ])
+            .status();
+    }
+}
+
+#[test]
+fn ops_2_two_servers_on_postgresql_share_the_queue_without_duplicates() {
+    let Some(db) = PgDb::new() else { return };
+    let env = Env::new();
+    env.sh_worker(
+        "step",
+        "[inputs.i]\ntype = \"number\"\n",
+        "sleep 0.1\necho '{}' > /airlock/output/result.json\n",
+    );
+    let url = db.url();
+    let a = Server::start(
+        &env,
+        &[
+            ("AIRLOCK_DATABASE_URL", &url),
+            ("AIRLOCK_MAX_CONCURRENT", "2"),
+        ],
+    );
+    let b = Server::start(
+        &env,
+        &[
+            ("AIRLOCK_DATABASE_URL", &url),
+            ("AIRLOCK_MAX_CONCURRENT", "2"),
+        ],
+    );
+    let mut ids = Vec::new();
+    for i in 0..20 {
+        let server = if i % 2 == 0 { &a } else { &b };
+        let (c, v) = server.json(
+            "POST",
+            "/v1/workers/step/runs",
+            Some(&format!(r#"{{"input": {{"i": {i}}}}}"#)),
+            &[],
+        );
+        assert_eq!(c, 201, "{v}");
+        ids.push(v["run"]["id"].as_str().unwrap().to_string());
+    }
+    for id in &ids {
+        assert_eq!(a.wait_state(id, &["succeeded", "failed"]), "succeeded");
+        let (_, ev) = b.request("GET", &format!("/v1/runs/{id}/events"), None, &[]);
+        assert_eq!(
+            ev.matches("event: status").count(),
+            1,
+            "run {id} started once"
+        );
+        let (_, v) = a.json("GET", &format!("/v1/runs/{id}"), None, &[]);
+        assert_eq!(v["run"]["attempt"], 1);
+    }
+    drop((a, b));
+    let out = env
+        .cmd()
+        .env("AIRLOCK_DATABASE_URL", &url)
+        .args(["audit", "verify"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
