@@ -55,6 +55,13 @@ impl Paths {
         {
             c.max_concurrent = n;
         }
+        if let Ok(id) = std::env::var("AIRLOCK_NODE_ID")
+            && !id.is_empty()
+            && id.len() <= 64
+            && !id.contains(':')
+        {
+            c.node_id = id;
+        }
         c
     }
 }
