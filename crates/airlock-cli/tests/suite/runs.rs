@@ -769,3 +769,26 @@ fn ops_2_two_servers_on_postgresql_share_the_queue_without_duplicates() {
         String::from_utf8_lossy(&out.stdout)
     );
 }
+
+#[test]
+fn run_2_worker_validate_and_unreachable_database_are_clear_errors() {
+    let env = Env::with_examples();
+    let ok = env.cmd().args(["worker", "validate"]).arg(env.workers.join("hello-python")).output().unwrap();
+    assert!(ok.status.success());
+    assert!(String::from_utf8_lossy(&ok.stdout).starts_with("ok hello-python"));
+    env.sh_worker("broken", "colour = \"blue\"\n[limits]\ntimeout_s = -3\n", "true\n");
+    let bad = env.cmd().args(["worker", "validate"]).arg(env.workers.join("broken")).output().unwrap();
+    assert_eq!(bad.status.code(), Some(1));
+    let text = String::from_utf8_lossy(&bad.stdout);
+    assert!(text.contains("colour") || text.contains("limits.timeout_s"), "{text}");
+    // A broken bundle is skipped, never half-loaded; the others still run.
+    let (v, code, _) = env.run_json(&["broken"]);
+    assert_eq!(code, 125, "{v}");
+    let (v, code, _) = env.run_json(&["hello-python", "--input", r#"{"name": "x"}"#]);
+    assert_eq!((state(&v), code), ("succeeded", 0));
+    // A database that is not there: one clear line, exit 125, no panic.
+    let out = env.cmd().args(["--database-url", "postgres://postgres@127.0.0.1:1/none", "runs", "list"]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "{err}");
+    assert!(err.contains("cannot open the database") && !err.contains("panicked"), "{err}");
+}
