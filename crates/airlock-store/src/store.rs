@@ -358,6 +358,8 @@ impl Store {
             Backend::Postgres => {
                 AnyPoolOptions::new()
                     .max_connections(16)
+                    // A database that is gone should say so promptly.
+                    .acquire_timeout(Duration::from_secs(5))
                     .connect(url)
                     .await?
             }
