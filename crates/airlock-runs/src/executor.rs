@@ -89,6 +89,19 @@ impl Service {
     /// `max_concurrent` at a time.
     pub async fn run_executor(self: Arc<Self>, mut stop: tokio::sync::watch::Receiver<bool>) {
         let slots = Arc::new(tokio::sync::Semaphore::new(self.cfg.max_concurrent.max(1)));
+        // PostgreSQL: LISTEN/NOTIFY wakes this executor when any node queues
+        // a run; the 500 ms poll below is the fallback.
+        let listener = match self.store.subscribe().await {
+            Ok(Some(mut l)) => {
+                let svc = self.clone();
+                Some(tokio::spawn(async move {
+                    while l.recv().await.is_ok() {
+                        svc.wake.notify_one();
+                    }
+                }))
+            }
+            _ => None,
+        };
         loop {
             if *stop.borrow() {
                 break;
@@ -96,9 +109,22 @@ impl Service {
             let Ok(permit) = slots.clone().acquire_owned().await else {
                 break;
             };
+            // RUN-7: skip workers already at their own cap.
+            let at_cap: Vec<String> = match self.store.running_per_worker().await {
+                Ok(counts) => counts
+                    .into_iter()
+                    .filter(|(w, n)| {
+                        self.worker(w).is_some_and(|b| {
+                            u64::try_from(*n).unwrap_or(0) >= b.manifest.limits.concurrency
+                        })
+                    })
+                    .map(|(w, _)| w)
+                    .collect(),
+                Err(_) => Vec::new(),
+            };
             let claim = self
                 .store
-                .claim_next(&self.owner, self.cfg.lease, &[])
+                .claim_next(&self.owner, self.cfg.lease, &at_cap)
                 .await;
             match claim {
                 Ok(Some(claim)) => {
@@ -117,6 +143,9 @@ impl Service {
                     }
                 }
             }
+        }
+        if let Some(l) = listener {
+            l.abort();
         }
         // Drain: wait for running work to finish (SIGTERM drain, DUR-2).
         let _ = slots

@@ -307,6 +307,7 @@ fn rfc3339(ms: i64) -> String {
 pub struct Store {
     pool: AnyPool,
     backend: Backend,
+    url: String,
 }
 
 const SQLITE_MIGRATIONS: &[(i64, &str)] =
@@ -364,7 +365,11 @@ impl Store {
                     .await?
             }
         };
-        let store = Self { pool, backend };
+        let store = Self {
+            pool,
+            backend,
+            url: url.to_string(),
+        };
         store.migrate().await?;
         store.ensure_workspace(DEFAULT_WORKSPACE, "default").await?;
         Ok(store)
@@ -372,6 +377,17 @@ impl Store {
 
     pub fn backend(&self) -> Backend {
         self.backend
+    }
+
+    /// On PostgreSQL, a listener that receives a notification whenever a run
+    /// is queued (OPS-2); `None` on SQLite, where executors poll.
+    pub async fn subscribe(&self) -> Result<Option<sqlx::postgres::PgListener>> {
+        if self.backend != Backend::Postgres {
+            return Ok(None);
+        }
+        let mut l = sqlx::postgres::PgListener::connect(&self.url).await?;
+        l.listen("airlock_runs").await?;
+        Ok(Some(l))
     }
 
     async fn migrate(&self) -> Result<()> {
@@ -583,6 +599,13 @@ impl Store {
                     created: false,
                 });
             }
+        }
+        if self.backend == Backend::Postgres {
+            // OPS-2: wake idle executors on every node (delivered at commit).
+            sqlx::query("SELECT pg_notify('airlock_runs', $1)")
+                .bind(&id)
+                .execute(&mut *tx)
+                .await?;
         }
         self.audit_in(
             &mut tx,

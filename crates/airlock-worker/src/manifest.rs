@@ -342,6 +342,9 @@ pub struct Limits {
     /// Size of the writable work area (work directory, `/tmp`,
     /// `/airlock/output/`), in MiB.
     pub disk_mb: u64,
+    /// Most runs of this worker executing at once on one node (RUN-7);
+    /// further runs wait in the queue.
+    pub concurrency: u64,
 }
 
 /// Each integer limit: name, default, maximum. Security policy as data: one
@@ -352,6 +355,7 @@ pub const LIMIT_TABLE: &[(&str, u64, u64)] = &[
     ("pids", 256, 32_768),
     ("output_bytes", 10 << 20, 1 << 30),
     ("disk_mb", 1024, 65_536),
+    ("concurrency", 4, 1024),
 ];
 /// `cpus`: default, minimum, maximum.
 pub const CPUS_RANGE: (f64, f64, f64) = (1.0, 0.01, 64.0);
@@ -383,6 +387,7 @@ impl Default for Limits {
             cpus: CPUS_RANGE.0,
             output_bytes: d("output_bytes"),
             disk_mb: d("disk_mb"),
+            concurrency: d("concurrency"),
         }
     }
 }
@@ -622,6 +627,7 @@ struct RawLimits {
     cpus: Option<f64>,
     output_bytes: Option<i64>,
     disk_mb: Option<i64>,
+    concurrency: Option<i64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -1324,6 +1330,7 @@ fn parse_limits(cx: &mut Cx, raw: RawLimits) -> Option<Limits> {
         pids: get("pids", raw.pids, d.pids),
         output_bytes: get("output_bytes", raw.output_bytes, d.output_bytes),
         disk_mb: get("disk_mb", raw.disk_mb, d.disk_mb),
+        concurrency: get("concurrency", raw.concurrency, d.concurrency),
         cpus: match raw.cpus {
             None => d.cpus,
             Some(c) if (CPUS_RANGE.1..=CPUS_RANGE.2).contains(&c) => c,

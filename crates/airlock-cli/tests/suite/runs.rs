@@ -773,22 +773,79 @@ fn ops_2_two_servers_on_postgresql_share_the_queue_without_duplicates() {
 #[test]
 fn run_2_worker_validate_and_unreachable_database_are_clear_errors() {
     let env = Env::with_examples();
-    let ok = env.cmd().args(["worker", "validate"]).arg(env.workers.join("hello-python")).output().unwrap();
+    let ok = env
+        .cmd()
+        .args(["worker", "validate"])
+        .arg(env.workers.join("hello-python"))
+        .output()
+        .unwrap();
     assert!(ok.status.success());
     assert!(String::from_utf8_lossy(&ok.stdout).starts_with("ok hello-python"));
-    env.sh_worker("broken", "colour = \"blue\"\n[limits]\ntimeout_s = -3\n", "true\n");
-    let bad = env.cmd().args(["worker", "validate"]).arg(env.workers.join("broken")).output().unwrap();
+    env.sh_worker(
+        "broken",
+        "colour = \"blue\"\n[limits]\ntimeout_s = -3\n",
+        "true\n",
+    );
+    let bad = env
+        .cmd()
+        .args(["worker", "validate"])
+        .arg(env.workers.join("broken"))
+        .output()
+        .unwrap();
     assert_eq!(bad.status.code(), Some(1));
     let text = String::from_utf8_lossy(&bad.stdout);
-    assert!(text.contains("colour") || text.contains("limits.timeout_s"), "{text}");
+    assert!(
+        text.contains("colour") || text.contains("limits.timeout_s"),
+        "{text}"
+    );
     // A broken bundle is skipped, never half-loaded; the others still run.
     let (v, code, _) = env.run_json(&["broken"]);
     assert_eq!(code, 125, "{v}");
     let (v, code, _) = env.run_json(&["hello-python", "--input", r#"{"name": "x"}"#]);
     assert_eq!((state(&v), code), ("succeeded", 0));
     // A database that is not there: one clear line, exit 125, no panic.
-    let out = env.cmd().args(["--database-url", "postgres://postgres@127.0.0.1:1/none", "runs", "list"]).output().unwrap();
+    let out = env
+        .cmd()
+        .args([
+            "--database-url",
+            "postgres://postgres@127.0.0.1:1/none",
+            "runs",
+            "list",
+        ])
+        .output()
+        .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(125), "{err}");
-    assert!(err.contains("cannot open the database") && !err.contains("panicked"), "{err}");
+    assert!(
+        err.contains("cannot open the database") && !err.contains("panicked"),
+        "{err}"
+    );
+}
+
+#[test]
+fn run_7_per_worker_cap_keeps_excess_runs_queued_with_a_position() {
+    let env = Env::new();
+    env.sh_worker(
+        "single",
+        "[limits]\nconcurrency = 1\ntimeout_s = 120\n",
+        "sleep 60\n",
+    );
+    env.sh_worker("other", "", "echo '{}' > /airlock/output/result.json\n");
+    let server = Server::start(&env, &[("AIRLOCK_MAX_CONCURRENT", "4")]);
+    let (_, a) = server.json("POST", "/v1/workers/single/runs", Some("{}"), &[]);
+    let a = a["run"]["id"].as_str().unwrap().to_string();
+    server.wait_state(&a, &["running"]);
+    let (_, b) = server.json("POST", "/v1/workers/single/runs", Some("{}"), &[]);
+    let b = b["run"]["id"].as_str().unwrap().to_string();
+    // Another worker is not held up by `single`'s cap (positive control).
+    let (_, c) = server.json("POST", "/v1/workers/other/runs", Some("{}"), &[]);
+    let c = c["run"]["id"].as_str().unwrap().to_string();
+    assert_eq!(server.wait_state(&c, &["succeeded", "failed"]), "succeeded");
+    let (_, got) = server.json("GET", &format!("/v1/runs/{b}"), None, &[]);
+    assert_eq!(got["run"]["state"], "queued", "{got}");
+    assert_eq!(got["queue_position"], 1);
+    for id in [&a, &b] {
+        server.json("POST", &format!("/v1/runs/{id}/cancel"), None, &[]);
+    }
+    assert_eq!(server.wait_state(&a, &["cancelled"]), "cancelled");
 }

@@ -256,7 +256,7 @@ fn run_1_minimal_script_manifest_gets_documented_defaults() {
             "outputs": {},
             "limits": {
                 "timeout_s": 300, "memory_mb": 512, "pids": 256, "cpus": 1.0,
-                "output_bytes": 10485760, "disk_mb": 1024
+                "output_bytes": 10485760, "disk_mb": 1024, "concurrency": 4
             },
             "egress": { "allow": [], "channels": [] },
             "secrets": { "names": [], "delivery": "file" },
@@ -403,7 +403,7 @@ reason = "Sends mail to the whole company"
             },
             "limits": {
                 "timeout_s": 120, "memory_mb": 256, "pids": 32, "cpus": 0.5,
-                "output_bytes": 2097152, "disk_mb": 100
+                "output_bytes": 2097152, "disk_mb": 100, "concurrency": 4
             },
             "egress": {
                 "allow": ["api.example.com", "*.example.org:8443", "http://plain.example.net", "10.1.2.0/24"],
