@@ -86,6 +86,9 @@ pub struct ExecArgs {
     /// Write one JSON line per egress decision and closed connection here.
     #[arg(long, value_name = "FILE")]
     egress_log: Option<PathBuf>,
+    /// Include set-up stage timings (milliseconds since launch) in --json.
+    #[arg(long)]
+    timings: bool,
     /// Print exactly one JSON object on stdout instead of passing output through.
     #[arg(long)]
     json: bool,
@@ -205,6 +208,7 @@ fn exec(a: ExecArgs) -> ExitCode {
         },
         require_containment: a.require_containment,
         egress: false,
+        timings: a.timings,
     };
     let egress = match egress_setup(&a) {
         Ok(e) => e,
@@ -289,6 +293,7 @@ fn exec(a: ExecArgs) -> ExitCode {
             "containment": result.containment,
             "executable": result.executable,
             "egress": egress_summary,
+            "timings": result.timings,
         });
         println!("{obj}");
     } else {

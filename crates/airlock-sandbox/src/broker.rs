@@ -104,6 +104,10 @@ pub struct RunResult {
     /// Limits that were hit: `memory`, `pids`, `timeout`, `stdout`, `stderr`.
     pub limit_hits: Vec<String>,
     pub executable: ExecutableIdentity,
+    /// Milliseconds since the launch began at which each stage finished,
+    /// when the spec asked for timings.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub timings: Vec<(String, f64)>,
 }
 
 impl RunResult {
@@ -188,6 +192,7 @@ impl Broker {
     /// receives the sandbox's listener before the workload starts.
     pub fn run_with(&self, spec: &SandboxSpec, hooks: Hooks<'_>) -> Result<RunResult, LaunchError> {
         let start = Instant::now();
+        let t0 = crate::wire::monotonic_ns();
         let deadline = start + spec.timeout;
         let mut platform = spec.platform_env.clone();
         if spec.egress {
@@ -217,7 +222,7 @@ impl Broker {
                 error: "the uncontained driver has the host's network; egress policy cannot be enforced".into(),
             }),
             DriverChoice::Uncontained => run_uncontained(spec, env, exe, start, deadline, hooks),
-            _ => self.run_contained(spec, env, exe, start, deadline, hooks),
+            _ => self.run_contained(spec, env, exe, start, deadline, hooks, t0),
         }
     }
 
@@ -229,7 +234,15 @@ impl Broker {
         start: Instant,
         deadline: Instant,
         mut hooks: Hooks<'_>,
+        t0: u64,
     ) -> Result<RunResult, LaunchError> {
+        let mut marks: Vec<(String, u64)> = Vec::new();
+        let mut mark = |stage: &str| {
+            if spec.timings {
+                marks.push((stage.to_string(), crate::wire::monotonic_ns()));
+            }
+        };
+        mark("resolved");
         let level = match spec.driver {
             DriverChoice::Landlock => Level::LandlockSeccomp,
             _ => Level::Namespaces,
@@ -245,6 +258,7 @@ impl Broker {
                 cpu_millicores: spec.limits.cpu_millicores,
             },
         );
+        mark("cgroup_created");
         let memory_in_cgroup = base.iter().any(|g| g.name == "memory_limit" && g.in_force);
         // Without a cgroup memory controller, RLIMIT_AS is the fallback cap.
         let address_space = spec.limits.memory_bytes.filter(|_| !memory_in_cgroup);
@@ -307,6 +321,7 @@ impl Broker {
             required_extra,
             base_guarantees: base,
             egress: spec.egress,
+            timings: spec.timings,
         };
         let payload = serde_json::to_vec(&init).map_err(std::io::Error::other)?;
 
@@ -351,6 +366,7 @@ impl Broker {
         // again inside, just before exec).
         exe.verify()?;
         let mut child = cmd.spawn()?;
+        mark("init_spawned");
         drop(spec_r);
         drop(status_w);
         drop(exe_fd);
@@ -366,8 +382,18 @@ impl Broker {
                 );
             }
         };
+        // The spec goes first so the init can build its namespaces while the
+        // (sometimes slow: an RCU grace period) cgroup migration runs; the
+        // init forks nothing until it reads the "go" byte.
+        let mut spec_pipe = std::fs::File::from(spec_w);
+        let mut line = payload;
+        line.push(b'\n');
+        // A failed write means the init died; its status tells why.
+        let _ = spec_pipe.write_all(&line);
+        mark("spec_sent");
         if !cgroup.is_empty() && cgroup.add(child_pid).is_err() {
             // The limits we reported as applied would not hold: stop now.
+            drop(spec_pipe);
             let _ = child.kill();
             let _ = child.wait();
             cgroup.destroy();
@@ -376,11 +402,9 @@ impl Broker {
                 error: "could not move the sandbox into its cgroup".into(),
             });
         }
-        {
-            let mut w = std::fs::File::from(spec_w);
-            // A failed write means the init died; its status tells why.
-            let _ = w.write_all(&payload);
-        }
+        let _ = spec_pipe.write_all(b"G");
+        drop(spec_pipe);
+        mark("cgroup_attached");
         if spec.egress {
             // The init sends the listener before it starts the workload, or
             // closes the socket when set-up fails (its status says why).
@@ -441,6 +465,7 @@ impl Broker {
                 }
             }
         };
+        mark("init_exited");
         // Whatever is left in the group dies now (SBX-4).
         cgroup.kill();
         let duration_ms = u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX);
@@ -459,10 +484,12 @@ impl Broker {
         let stderr = collect(err_rx);
         let oom = cgroup.oom_killed();
         let pids_hit = cgroup.pids_limit_hit();
+        mark("output_collected");
         cgroup.destroy();
         if let Some(s) = &scratch {
             let _ = std::fs::remove_dir_all(s);
         }
+        mark("cleaned_up");
 
         let mut report = None;
         let mut exit = None;
@@ -488,6 +515,7 @@ impl Broker {
                     });
                 }
                 InitEvent::Exited { code, signal } => exit = Some((code, signal)),
+                InitEvent::Timing { stage, t_ns } => marks.push((stage, t_ns)),
             }
         }
         let Some(containment) = report else {
@@ -540,6 +568,13 @@ impl Broker {
             containment,
             limit_hits,
             executable: exe.identity().clone(),
+            timings: {
+                marks.sort_by_key(|(_, t)| *t);
+                marks
+                    .into_iter()
+                    .map(|(s, t)| (s, t.saturating_sub(t0) as f64 / 1e6))
+                    .collect()
+            },
         })
     }
 }
@@ -684,5 +719,6 @@ fn run_uncontained(
         containment,
         limit_hits,
         executable: exe.identity().clone(),
+        timings: Vec::new(),
     })
 }

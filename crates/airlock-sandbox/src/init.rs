@@ -129,6 +129,15 @@ pub fn main_if_requested() {
 struct Status(File);
 
 impl Status {
+    fn mark(&mut self, on: bool, stage: &str) {
+        if on {
+            self.send(&InitEvent::Timing {
+                stage: stage.to_string(),
+                t_ns: crate::wire::monotonic_ns(),
+            });
+        }
+    }
+
     fn send(&mut self, e: &InitEvent) {
         if let Ok(mut line) = serde_json::to_vec(e) {
             line.push(b'\n');
@@ -151,31 +160,53 @@ fn run() -> i32 {
         return crate::EXIT_SANDBOX_FAILED;
     };
     let mut status = Status(File::from(status_fd));
-    let spec: InitSpec = match sys::inherited_fd(SPEC_FD)
-        .ok_or_else(|| "missing spec descriptor".to_string())
-        .and_then(|fd| {
-            let mut s = String::new();
-            File::from(fd)
-                .take(16 << 20)
-                .read_to_string(&mut s)
-                .map_err(|e| e.to_string())?;
-            serde_json::from_str(&s).map_err(|e| e.to_string())
-        }) {
-        Ok(s) => s,
-        Err(e) => return status.fail("spec", e),
+    // The spec is one JSON line; the same pipe later carries one "go" byte
+    // once the broker has put this process into its cgroup, so cgroup
+    // attachment overlaps with namespace set-up.
+    let Some(spec_fd) = sys::inherited_fd(SPEC_FD) else {
+        return status.fail("spec", "missing spec descriptor");
+    };
+    let mut spec_pipe = std::io::BufReader::new(File::from(spec_fd));
+    let spec: InitSpec = {
+        use std::io::BufRead;
+        let mut line = String::new();
+        let read = (&mut spec_pipe).take(16 << 20).read_line(&mut line);
+        match read
+            .map_err(|e| e.to_string())
+            .and_then(|_| serde_json::from_str(&line).map_err(|e| e.to_string()))
+        {
+            Ok(s) => s,
+            Err(e) => return status.fail("spec", e),
+        }
     };
     let Some(exe) = sys::inherited_fd(EXE_FD) else {
         return status.fail("spec", "missing executable descriptor");
     };
+    let go = Go(spec_pipe);
     match spec.level {
-        Level::Namespaces => namespaces(spec, status, exe),
-        _ => fallback(spec, status, exe, Vec::new()),
+        Level::Namespaces => namespaces(spec, status, exe, go),
+        _ => fallback(spec, status, exe, Vec::new(), go),
     }
 }
 
 // ---------------------------------------------------------------- namespaces
 
-fn namespaces(spec: InitSpec, mut status: Status, exe: OwnedFd) -> i32 {
+/// The broker's "you are in your cgroup" signal: must arrive before the
+/// first fork, so that every descendant is born inside the cgroup.
+struct Go(std::io::BufReader<File>);
+
+impl Go {
+    fn wait(mut self) -> Result<(), String> {
+        let mut b = [0u8; 1];
+        match self.0.read(&mut b) {
+            Ok(1) if b[0] == b'G' => Ok(()),
+            Ok(_) => Err("the broker withdrew the launch".into()),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+}
+
+fn namespaces(spec: InitSpec, mut status: Status, exe: OwnedFd, go: Go) -> i32 {
     let flags = CloneFlags::CLONE_NEWUSER
         | CloneFlags::CLONE_NEWNS
         | CloneFlags::CLONE_NEWPID
@@ -183,6 +214,7 @@ fn namespaces(spec: InitSpec, mut status: Status, exe: OwnedFd) -> i32 {
         | CloneFlags::CLONE_NEWIPC
         | CloneFlags::CLONE_NEWUTS
         | CloneFlags::CLONE_NEWCGROUP;
+    status.mark(spec.timings, "init_started");
     if let Err(e) = unshare(flags) {
         if spec.allow_fallback {
             let why = Guarantee::new(
@@ -190,7 +222,7 @@ fn namespaces(spec: InitSpec, mut status: Status, exe: OwnedFd) -> i32 {
                 false,
                 format!("unavailable ({e}); fell back to landlock + seccomp"),
             );
-            return fallback(spec, status, exe, vec![why]);
+            return fallback(spec, status, exe, vec![why], go);
         }
         return status.fail("unshare", format!("user namespaces unavailable: {e}"));
     }
@@ -210,12 +242,16 @@ fn namespaces(spec: InitSpec, mut status: Status, exe: OwnedFd) -> i32 {
     if let Err(e) = maps {
         return status.fail("uid_map", e);
     }
+    status.mark(spec.timings, "namespaces_created");
     // Nothing in the sandbox may read this process's memory or descriptors
     // (set only now: a non-dumpable process cannot write its own uid_map).
     let _ = nix::sys::prctl::set_dumpable(false);
 
     // The seccomp program is compiled once here, before any fork.
     let seccomp = seccomp_policy::compile(SocketPolicy::UnixAndLoopbackInet, libc::EPERM as u32);
+    if let Err(e) = go.wait() {
+        return status.fail("cgroup attach", e);
+    }
 
     match sys::fork_single_threaded() {
         Err(e) => status.fail("fork", e),
@@ -271,6 +307,7 @@ fn pid_one(
     ] {
         report.push(Guarantee::new(name, ok, detail));
     }
+    status.mark(spec.timings, "pid1_started");
     match build_root(spec) {
         Ok(proc_mounted) => {
             report.push(Guarantee::new(
@@ -290,6 +327,7 @@ fn pid_one(
         }
         Err((stage, e)) => return status.fail(stage, e),
     }
+    status.mark(spec.timings, "root_built");
     let _ = nix::unistd::sethostname("airlock");
     if let Err(e) = sys::loopback_up() {
         return status.fail("loopback", e);
@@ -371,6 +409,7 @@ fn pid_one(
                     );
                 }
             });
+            status.mark(spec.timings, "workload_exited");
             status.send(&exit);
             0
         }
@@ -895,6 +934,7 @@ fn workload(
     let nnp = nix::sys::prctl::set_no_new_privs().is_ok();
     report.push(Guarantee::new("no_new_privs", nnp, ""));
 
+    status.mark(spec.timings, "workload_forked");
     for g in landlock_rules::apply(landlock) {
         report.push(g);
     }
@@ -927,6 +967,7 @@ fn workload(
         None => Guarantee::new("seccomp", false, "no policy for this architecture"),
     };
     report.push(seccomp_ok);
+    status.mark(spec.timings, "locked_down");
     report.push(Guarantee::new("dies_with_parent", true, "PR_SET_PDEATHSIG"));
 
     // The executable must still be the one that was resolved and hashed.
@@ -977,7 +1018,16 @@ fn workload(
 /// The fallback rung: no namespaces. Landlock is the filesystem boundary,
 /// seccomp refuses every network socket, and this process becomes a child
 /// subreaper so that it can kill every descendant when the workload ends.
-fn fallback(spec: InitSpec, mut status: Status, exe: OwnedFd, notes: Vec<Guarantee>) -> i32 {
+fn fallback(
+    spec: InitSpec,
+    mut status: Status,
+    exe: OwnedFd,
+    notes: Vec<Guarantee>,
+    go: Go,
+) -> i32 {
+    if let Err(e) = go.wait() {
+        return status.fail("cgroup attach", e);
+    }
     if !spec.mounts.is_empty() {
         return status.fail("mounts", "mounts at /airlock need the namespaces level (user namespaces are unavailable on this host)");
     }

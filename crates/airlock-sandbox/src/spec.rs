@@ -80,6 +80,8 @@ pub struct SandboxRequest {
     /// Give the sandbox its egress listener and proxy variables (NET-1).
     /// Without it the sandbox has no network at all.
     pub egress: bool,
+    /// Record set-up stage timings in the result (diagnostics).
+    pub timings: bool,
 }
 
 /// A request that passed every check. Built only by [`SandboxSpec::parse`].
@@ -99,6 +101,7 @@ pub struct SandboxSpec {
     pub(crate) driver: DriverChoice,
     pub(crate) require_containment: bool,
     pub(crate) egress: bool,
+    pub(crate) timings: bool,
 }
 
 /// Why a request was refused. Each message names the offending part.
@@ -311,6 +314,7 @@ impl SandboxSpec {
             driver: req.driver,
             require_containment: req.require_containment,
             egress: req.egress,
+            timings: req.timings,
         })
     }
 

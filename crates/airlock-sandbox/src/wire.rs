@@ -64,6 +64,9 @@ pub(crate) struct InitSpec {
     pub base_guarantees: Vec<Guarantee>,
     /// Create the egress listener and hand it over on [`CONTROL_FD`].
     pub egress: bool,
+    /// Report set-up stage timings (`InitEvent::Timing`).
+    #[serde(default)]
+    pub timings: bool,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -86,9 +89,24 @@ pub(crate) enum InitEvent {
         errno: i32,
     },
     ExecutableChanged,
+    /// A set-up stage finished at `t_ns` (CLOCK_MONOTONIC).
+    Timing {
+        stage: String,
+        t_ns: u64,
+    },
     /// The workload's main process ended.
     Exited {
         code: Option<i32>,
         signal: Option<i32>,
     },
+}
+
+/// CLOCK_MONOTONIC in nanoseconds (the same clock in every process).
+pub(crate) fn monotonic_ns() -> u64 {
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
+        .map(|t| {
+            u64::try_from(t.tv_sec()).unwrap_or(0) * 1_000_000_000
+                + u64::try_from(t.tv_nsec()).unwrap_or(0)
+        })
+        .unwrap_or(0)
 }
