@@ -226,6 +226,7 @@ impl Broker {
         }
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn run_contained(
         &self,
         spec: &SandboxSpec,
