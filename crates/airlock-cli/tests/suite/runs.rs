@@ -849,3 +849,43 @@ fn run_7_per_worker_cap_keeps_excess_runs_queued_with_a_position() {
     }
     assert_eq!(server.wait_state(&a, &["cancelled"]), "cancelled");
 }
+
+#[test]
+fn dur_5_full_disk_while_publishing_fails_the_run_and_leaves_nothing_half_written() {
+    if !is_root() {
+        eprintln!("needs root to mount a small tmpfs in a private mount namespace");
+        return;
+    }
+    let env = Env::new();
+    env.sh_worker("big", "[limits]\noutput_bytes = 10000000\n", "head -c 3000000 /dev/urandom > /airlock/output/blob\necho '{}' > /airlock/output/result.json\n");
+    std::fs::create_dir_all(env.data.join("artifacts")).unwrap();
+    let db = env.data.join("db.sqlite");
+    // A 1 MiB artifact store, in a mount namespace of this command only.
+    let script = format!(
+        "mount -t tmpfs -o size=1m tmpfs {art} && exec \"$0\" run big --json",
+        art = env.data.join("artifacts").display()
+    );
+    let out = Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "sh", "-c", &script])
+        .arg(airlock_bin())
+        .env("AIRLOCK_DATA_DIR", &env.data)
+        .env("AIRLOCK_WORKERS_DIR", &env.workers)
+        .env("AIRLOCK_DATABASE_URL", format!("sqlite://{}", db.display()))
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    assert_eq!(
+        state(&v),
+        "failed",
+        "{v} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(v["run"]["error_code"], "output_io", "{v}");
+    assert!(
+        v["artifacts"].as_array().is_some_and(|a| a.is_empty()),
+        "nothing published: {v}"
+    );
+    // Positive control: the same worker publishes without the tiny disk.
+    let (v, _, err) = env.run_json(&["big"]);
+    assert_eq!(state(&v), "succeeded", "{v} {err}");
+}
