@@ -187,6 +187,7 @@ fn exec(a: ExecArgs) -> ExitCode {
     let req = SandboxRequest {
         argv: a.command.clone(),
         mounts,
+        secret_files: Vec::new(),
         cwd: a.cwd.clone(),
         writable: a.writable.clone(),
         readonly: a.readonly.clone(),

@@ -304,6 +304,7 @@ impl Broker {
             writable: spec.writable.clone(),
             readonly: spec.readonly.clone(),
             mounts: spec.mounts.clone(),
+            secret_files: spec.secret_files.clone(),
             outer_uid: nix::unistd::geteuid().as_raw(),
             outer_gid: nix::unistd::getegid().as_raw(),
             rlimits: Rlimits {

@@ -360,7 +360,10 @@ fn pid_one(
 
     let landlock = LandlockPaths {
         read_exec: readable_roots(spec),
-        read_only: vec![PathBuf::from("/proc")],
+        read_only: vec![
+            PathBuf::from("/proc"),
+            PathBuf::from(crate::spec::SECRETS_DIR),
+        ],
         list_only: vec![PathBuf::from("/")],
         read_write: spec
             .writable
@@ -727,6 +730,46 @@ fn build_root(spec: &InitSpec) -> SetupResult<bool> {
         bind(s, &under(&s.target))?;
     }
 
+    // KEY-5: declared secrets as read-only files on a private tmpfs; the
+    // bytes came through the spec pipe and never touch a disk.
+    if !spec.secret_files.is_empty() {
+        let dir = under(Path::new(crate::spec::SECRETS_DIR));
+        stage("mkdir", mkdirs(&dir))?;
+        stage(
+            "mount /run/secrets",
+            mount(
+                Some("tmpfs"),
+                &dir,
+                Some("tmpfs"),
+                MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+                Some("mode=0500,size=4m"),
+            ),
+        )?;
+        for f in &spec.secret_files {
+            let p = dir.join(&f.name);
+            stage("write secret", fs::write(&p, f.value.expose()))?;
+            stage(
+                "chmod secret",
+                fs::set_permissions(&p, fs::Permissions::from_mode(0o400)),
+            )?;
+        }
+        let ro = MsFlags::MS_REMOUNT
+            | MsFlags::MS_RDONLY
+            | MsFlags::MS_NOSUID
+            | MsFlags::MS_NODEV
+            | MsFlags::MS_NOEXEC;
+        stage(
+            "read-only /run/secrets",
+            mount(
+                None::<&str>,
+                &dir,
+                None::<&str>,
+                ro,
+                Some("mode=0500,size=4m"),
+            ),
+        )?;
+    }
+
     // 3. Enter it: pivot_root(".", ".") stacks the old root on top of the
     // new one; detaching it leaves only the new root.
     stage("chdir new root", chdir(root))?;
@@ -1027,6 +1070,12 @@ fn fallback(
 ) -> i32 {
     if let Err(e) = go.wait() {
         return status.fail("cgroup attach", e);
+    }
+    if !spec.secret_files.is_empty() {
+        return status.fail(
+            "secrets",
+            "secret files need the namespaces level (user namespaces are unavailable on this host)",
+        );
     }
     if !spec.mounts.is_empty() {
         return status.fail("mounts", "mounts at /airlock need the namespaces level (user namespaces are unavailable on this host)");

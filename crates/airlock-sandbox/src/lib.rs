@@ -33,7 +33,10 @@ mod wire;
 pub use broker::{Broker, Hooks, LaunchError, RunResult};
 pub use exe::{ExecutableIdentity, ResolvedExecutable};
 pub use report::{ContainmentReport, Driver, Guarantee, Level};
-pub use spec::{DriverChoice, Limits, Mount, SandboxRequest, SandboxSpec, SpecError};
+pub use spec::{
+    DriverChoice, Limits, Mount, SECRETS_DIR, SandboxRequest, SandboxSpec, SecretBytes, SecretFile,
+    SpecError,
+};
 
 /// The hidden first argument that turns the airlock binary into the sandbox
 /// init process. The binary's `main` must call [`init::main_if_requested`]

@@ -58,6 +58,42 @@ pub struct Mount {
     pub writable: bool,
 }
 
+/// Secret bytes on their way into a sandbox: never printed, wiped on drop.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct SecretBytes(Vec<u8>);
+
+impl SecretBytes {
+    pub fn new(bytes: Vec<u8>) -> Self {
+        Self(bytes)
+    }
+    pub fn expose(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for SecretBytes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("[REDACTED]")
+    }
+}
+
+impl Drop for SecretBytes {
+    fn drop(&mut self) {
+        zeroize::Zeroize::zeroize(&mut self.0);
+    }
+}
+
+/// A secret delivered as the read-only file `/run/secrets/NAME` (KEY-5).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SecretFile {
+    pub name: String,
+    pub value: SecretBytes,
+}
+
+/// Where secret files appear inside.
+pub const SECRETS_DIR: &str = "/run/secrets";
+
 /// Mount targets live under this platform-owned prefix.
 pub const MOUNT_PREFIX: &str = "/airlock";
 
@@ -69,6 +105,8 @@ pub struct SandboxRequest {
     pub writable: Vec<PathBuf>,
     pub readonly: Vec<PathBuf>,
     pub mounts: Vec<Mount>,
+    /// Files under `/run/secrets` (a private read-only tmpfs).
+    pub secret_files: Vec<SecretFile>,
     pub env: Vec<(String, String)>,
     pub timeout: Option<Duration>,
     pub grace: Option<Duration>,
@@ -92,6 +130,7 @@ pub struct SandboxSpec {
     pub(crate) writable: Vec<PathBuf>,
     pub(crate) readonly: Vec<PathBuf>,
     pub(crate) mounts: Vec<Mount>,
+    pub(crate) secret_files: Vec<SecretFile>,
     pub(crate) declared_env: BTreeMap<String, String>,
     pub(crate) platform_env: BTreeMap<String, String>,
     pub(crate) timeout: Duration,
@@ -123,6 +162,14 @@ pub enum SpecError {
     BadMountTarget(PathBuf),
     #[error("mount source {0:?} does not exist")]
     BadMountSource(PathBuf),
+    #[error(
+        "secret file {0:?}: names are A-Z, 0-9 and _, starting with a letter, at most 64 characters"
+    )]
+    BadSecretName(String),
+    #[error("secret file {0:?} is larger than 32 KiB")]
+    SecretTooLarge(String),
+    #[error("more than 64 secret files")]
+    TooManySecrets,
     #[error("timeout must be between 1 ms and 7 days")]
     BadTimeout,
     #[error("{0} is larger than the supported maximum")]
@@ -243,6 +290,22 @@ impl SandboxSpec {
                 writable: m.writable,
             });
         }
+        if req.secret_files.len() > 64 {
+            return Err(SpecError::TooManySecrets);
+        }
+        for f in &req.secret_files {
+            let ok = f.name.len() <= 64
+                && f.name.starts_with(|c: char| c.is_ascii_uppercase())
+                && f.name
+                    .chars()
+                    .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_');
+            if !ok {
+                return Err(SpecError::BadSecretName(f.name.clone()));
+            }
+            if f.value.expose().len() > 32 * 1024 {
+                return Err(SpecError::SecretTooLarge(f.name.clone()));
+            }
+        }
         let cwd = match req.cwd {
             Some(cwd) => {
                 let c = if cwd.starts_with(MOUNT_PREFIX) {
@@ -305,6 +368,7 @@ impl SandboxSpec {
             writable,
             readonly,
             mounts,
+            secret_files: req.secret_files,
             declared_env: env::parse_declared(&req.env)?,
             platform_env: BTreeMap::new(),
             timeout,

@@ -52,6 +52,8 @@ pub(crate) struct InitSpec {
     pub writable: Vec<PathBuf>,
     pub readonly: Vec<PathBuf>,
     pub mounts: Vec<crate::spec::Mount>,
+    #[serde(default)]
+    pub secret_files: Vec<crate::spec::SecretFile>,
     pub outer_uid: u32,
     pub outer_gid: u32,
     pub rlimits: Rlimits,
