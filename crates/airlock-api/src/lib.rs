@@ -127,6 +127,11 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/runs/{id}/cancel", post(cancel_run))
         .route("/v1/runs/{id}/events", get(run_events))
         .route("/v1/runs/{id}/artifacts/{*name}", get(artifact))
+        .route("/v1/secrets", get(list_secrets))
+        .route(
+            "/v1/secrets/{name}",
+            axum::routing::put(put_secret).delete(delete_secret),
+        )
         .fallback(|| async { ApiError::not_found() })
         .layer(axum::extract::DefaultBodyLimit::max(1 << 20))
         .layer(axum::middleware::from_fn(harden))
@@ -373,4 +378,63 @@ async fn artifact(
         h.insert("x-airlock-digest", v);
     }
     Ok(r)
+}
+
+fn secret_error(e: airlock_runs::secrets::SecretError) -> ApiError {
+    use airlock_runs::secrets::SecretError as E;
+    let status = match &e {
+        E::Invalid(_) | E::Platform(_) => StatusCode::UNPROCESSABLE_ENTITY,
+        E::Missing(_) => StatusCode::NOT_FOUND,
+        _ => StatusCode::INTERNAL_SERVER_ERROR,
+    };
+    ApiError::new(status, e.code(), e.to_string())
+}
+
+/// KEY-4: metadata only, never a value.
+async fn list_secrets(State(s): State<AppState>) -> Result<Json<serde_json::Value>, ApiError> {
+    let list = s
+        .service
+        .secrets()
+        .list(DEFAULT_WORKSPACE, &s.service.declared_secrets())
+        .await
+        .map_err(secret_error)?;
+    Ok(Json(json!({"secrets": list})))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SecretBody {
+    value: String,
+}
+
+async fn put_secret(
+    State(s): State<AppState>,
+    Path(name): Path<String>,
+    body: Result<Json<SecretBody>, axum::extract::rejection::JsonRejection>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let Json(body) =
+        body.map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "invalid_body", e.body_text()))?;
+    let version = s
+        .service
+        .secrets()
+        .set(DEFAULT_WORKSPACE, &name, body.value.into_bytes(), "local")
+        .await
+        .map_err(secret_error)?;
+    Ok(Json(json!({"name": name, "version": version})))
+}
+
+async fn delete_secret(
+    State(s): State<AppState>,
+    Path(name): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    match s
+        .service
+        .secrets()
+        .remove(DEFAULT_WORKSPACE, &name, "local")
+        .await
+        .map_err(secret_error)?
+    {
+        true => Ok(StatusCode::NO_CONTENT),
+        false => Err(ApiError::not_found()),
+    }
 }

@@ -52,6 +52,16 @@ enum Command {
         #[command(subcommand)]
         command: runs_cmd::AuditCommand,
     },
+    /// Write-only secrets (values from stdin).
+    Secrets {
+        #[command(subcommand)]
+        command: runs_cmd::SecretsCommand,
+    },
+    /// Key encryption keys: rotate, rewrap, accept a restored backup.
+    Keys {
+        #[command(subcommand)]
+        command: runs_cmd::KeysCommand,
+    },
 }
 
 fn main() -> ExitCode {
@@ -91,5 +101,7 @@ fn main() -> ExitCode {
         Command::Runs { command } => runs_cmd::runs(&cli.paths, &command),
         Command::Worker { command } => runs_cmd::worker(&command),
         Command::Audit { command } => runs_cmd::audit(&cli.paths, &command),
+        Command::Secrets { command } => runs_cmd::secrets(&cli.paths, &command),
+        Command::Keys { command } => runs_cmd::keys(&cli.paths, &command),
     }
 }

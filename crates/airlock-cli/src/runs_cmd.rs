@@ -2,7 +2,7 @@
 //! validate`, `audit verify`. Each parses its arguments into a service call
 //! and renders the outcome; the pipeline is the same one the server uses.
 
-use std::io::Write;
+use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -32,6 +32,9 @@ pub struct Paths {
     /// Operator egress policy (credential channels).
     #[arg(long, env = "AIRLOCK_EGRESS_POLICY", global = true)]
     egress_policy: Option<PathBuf>,
+    /// Key directory (KEK, high-water marks): outside the database, 0700.
+    #[arg(long, env = "AIRLOCK_KEY_DIR", global = true)]
+    key_dir: Option<PathBuf>,
 }
 
 impl Paths {
@@ -43,6 +46,9 @@ impl Paths {
     fn config(&self) -> Config {
         let mut c = Config::with_defaults(self.data_dir.clone(), self.workers_dir.clone());
         c.egress_policy = self.egress_policy.clone();
+        if let Some(k) = &self.key_dir {
+            c.key_dir = k.clone();
+        }
         if let Some(ms) = std::env::var("AIRLOCK_LEASE_MS")
             .ok()
             .and_then(|v| v.parse().ok())
@@ -137,6 +143,10 @@ pub fn up(paths: &Paths, a: &UpArgs) -> ExitCode {
         };
         for (path, e) in svc.worker_errors() {
             eprintln!("airlock: skipped worker {}: {e}", path.display());
+        }
+        // KEY-3: a database restored from an older backup is refused.
+        if let Err(e) = svc.secrets().startup_check().await {
+            return err(format!("{}: {e} (after restoring a backup on purpose, run `airlock keys accept-restore`)", e.code()));
         }
         match svc.recover_startup().await {
             Ok(r) if !r.is_empty() => eprintln!("airlock: recovered {} run(s) from a previous start", r.len()),
@@ -595,6 +605,151 @@ pub fn audit(paths: &Paths, cmd: &AuditCommand) -> ExitCode {
             ExitCode::from(1)
         } else {
             ExitCode::SUCCESS
+        }
+    })
+}
+
+// ---------------------------------------------------------------- secrets / keys
+
+#[derive(Debug, Subcommand)]
+pub enum SecretsCommand {
+    /// Store a new version of a secret; the value is read from stdin, never argv.
+    Set { name: String },
+    /// Metadata only: name, version, updated, used by, last used.
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Delete a secret.
+    Rm { name: String },
+}
+
+pub fn secrets(paths: &Paths, cmd: &SecretsCommand) -> ExitCode {
+    let rt = match runtime() {
+        Ok(r) => r,
+        Err(e) => return err(e),
+    };
+    rt.block_on(async move {
+        let svc = match open(paths).await {
+            Ok(s) => s,
+            Err(e) => return err(e),
+        };
+        match cmd {
+            SecretsCommand::Set { name } => {
+                let mut value = Vec::new();
+                if let Err(e) =
+                    std::io::Read::read_to_end(&mut std::io::stdin().take(33 * 1024), &mut value)
+                {
+                    return err(format!("cannot read the value from stdin: {e}"));
+                }
+                if value.last() == Some(&b'\n') {
+                    value.pop();
+                }
+                match svc
+                    .secrets()
+                    .set(DEFAULT_WORKSPACE, name, value, "cli")
+                    .await
+                {
+                    Ok(v) => {
+                        println!("{name} version {v}");
+                        ExitCode::SUCCESS
+                    }
+                    Err(e) => err(format!("{}: {e}", e.code())),
+                }
+            }
+            SecretsCommand::List { json } => match svc
+                .secrets()
+                .list(DEFAULT_WORKSPACE, &svc.declared_secrets())
+                .await
+            {
+                Ok(list) => {
+                    if *json {
+                        println!("{}", serde_json::json!({"secrets": list}));
+                    } else {
+                        for s in list {
+                            println!(
+                                "{:<32} v{:<4} used by: {}",
+                                s.name,
+                                s.version,
+                                s.used_by.join(", ")
+                            );
+                        }
+                    }
+                    ExitCode::SUCCESS
+                }
+                Err(e) => err(format!("{}: {e}", e.code())),
+            },
+            SecretsCommand::Rm { name } => {
+                match svc.secrets().remove(DEFAULT_WORKSPACE, name, "cli").await {
+                    Ok(true) => ExitCode::SUCCESS,
+                    Ok(false) => err(format!("no secret named {name}")),
+                    Err(e) => err(format!("{}: {e}", e.code())),
+                }
+            }
+        }
+    })
+}
+
+#[derive(Debug, Subcommand)]
+pub enum KeysCommand {
+    /// Install a new KEK version (old versions still decrypt).
+    Rotate,
+    /// Move every data key to the newest KEK version (resumable).
+    Rewrap,
+    /// Accept a legitimately restored backup: reset the high-water marks to
+    /// the database's versions (audited).
+    AcceptRestore,
+}
+
+pub fn keys(paths: &Paths, cmd: &KeysCommand) -> ExitCode {
+    let rt = match runtime() {
+        Ok(r) => r,
+        Err(e) => return err(e),
+    };
+    rt.block_on(async move {
+        let svc = match open(paths).await {
+            Ok(s) => s,
+            Err(e) => return err(e),
+        };
+        match cmd {
+            KeysCommand::Rotate => match svc.secrets().rotate() {
+                Ok(v) => {
+                    println!("kek version {v} is current");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => err(e),
+            },
+            KeysCommand::Rewrap => {
+                let tty = std::io::IsTerminal::is_terminal(&std::io::stderr());
+                match svc
+                    .secrets()
+                    .rewrap_all(|done, total| {
+                        if tty {
+                            eprint!("\rrewrapped {done}/{total}");
+                        }
+                    })
+                    .await
+                {
+                    Ok((done, _)) => {
+                        if tty {
+                            eprintln!();
+                        }
+                        println!(
+                            "rewrapped {done} data key(s) to kek version {}",
+                            svc.secrets().current_kek_version().unwrap_or(0)
+                        );
+                        ExitCode::SUCCESS
+                    }
+                    Err(e) => err(format!("{}: {e}", e.code())),
+                }
+            }
+            KeysCommand::AcceptRestore => match svc.secrets().accept_restore().await {
+                Ok(n) => {
+                    println!("high-water marks reset ({n} change(s)); audited");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => err(format!("{}: {e}", e.code())),
+            },
         }
     })
 }

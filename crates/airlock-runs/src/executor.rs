@@ -203,9 +203,23 @@ impl Service {
         if let Ok(mut c) = self.cancels.lock() {
             c.insert(run_id.clone(), cancel.clone());
         }
-        let outcome = self.execute_inner(&claim, cancel.clone()).await;
+        let mut outcome = self.execute_inner(&claim, cancel.clone()).await;
         if let Ok(mut c) = self.cancels.lock() {
             c.remove(&run_id);
+        }
+        // KEY-6: nothing a delivered secret touched is stored unredacted.
+        let redactor = self
+            .redactors
+            .lock()
+            .ok()
+            .and_then(|mut r| r.remove(&run_id));
+        if let Some(r) = redactor.filter(|r| !r.is_empty()) {
+            let f = &mut outcome.finish;
+            f.error_message = f.error_message.as_deref().map(|m| r.redact(m));
+            f.outputs = f.outputs.take().map(|o| {
+                let text = r.redact(&o.to_string());
+                serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text))
+            });
         }
         let _ = self
             .store
@@ -222,6 +236,37 @@ impl Service {
             .finish_run(&run_id, token, outcome.state, &outcome.finish)
             .await;
         let _ = std::fs::remove_dir_all(self.run_dir(&run_id));
+    }
+
+    /// Replaces a text artifact that contains a delivered secret with its
+    /// redacted bytes and deletes the unredacted blob (KEY-6).
+    fn redact_artifact(
+        &self,
+        f: &airlock_files::Collected,
+        r: &airlock_vault::Redactor,
+    ) -> (String, u64) {
+        let original = (f.sha256.clone(), f.size);
+        let textual = f.media_type.starts_with("text/") || f.media_type == "application/json";
+        if r.is_empty() || !textual || f.size > 16 << 20 {
+            return original;
+        }
+        let Some(path) = self.artifacts.path(&f.sha256) else {
+            return original;
+        };
+        let Ok(bytes) = std::fs::read(&path) else {
+            return original;
+        };
+        let clean = r.redact_bytes(&bytes);
+        if clean == bytes {
+            return original;
+        }
+        match self.artifacts.put(&clean[..], 16 << 20) {
+            Ok((digest, size)) => {
+                let _ = std::fs::remove_file(&path);
+                (digest, size)
+            }
+            Err(_) => original,
+        }
     }
 
     fn run_dir(&self, run_id: &str) -> PathBuf {
@@ -371,6 +416,65 @@ impl Service {
             }
         }
 
+        // KEY-5: exactly the declared secrets, read (and audited) now; a
+        // missing one blocks the run before anything executes.
+        let mut delivered = Vec::new();
+        for n in &m.secrets.names {
+            match self
+                .secrets
+                .read_for_run(&run.workspace_id, n.as_str(), &run.id)
+                .await
+            {
+                Ok(v) => delivered.push(v),
+                Err(e @ crate::secrets::SecretError::Missing(_)) => {
+                    return failed(RunState::Blocked, "secret_missing", e.to_string());
+                }
+                Err(e) => return failed(RunState::Blocked, e.code(), e.to_string()),
+            }
+        }
+        let redactor = Arc::new(crate::secrets::redactor(
+            delivered.iter().map(|(n, v)| (n, v)),
+        ));
+        if let Ok(mut r) = self.redactors.lock() {
+            r.insert(run.id.clone(), redactor.clone());
+        }
+        match m.secrets.delivery {
+            airlock_worker::SecretDelivery::File => {
+                spec = spec.with_secret_files(
+                    delivered
+                        .iter()
+                        .map(|(n, v)| airlock_sandbox::SecretFile {
+                            name: n.as_str().to_string(),
+                            value: airlock_sandbox::SecretBytes::new(crate::secrets::bytes(v)),
+                        })
+                        .collect(),
+                );
+            }
+            airlock_worker::SecretDelivery::Env => {
+                let mut env = Vec::new();
+                for (n, v) in &delivered {
+                    match String::from_utf8(crate::secrets::bytes(v)) {
+                        Ok(text) => env.push((n.as_str().to_string(), text)),
+                        Err(_) => {
+                            return failed(
+                                RunState::Blocked,
+                                "secret_invalid",
+                                format!(
+                                    "secret {} is not UTF-8 and cannot be an environment variable",
+                                    n.as_str()
+                                ),
+                            );
+                        }
+                    }
+                }
+                spec = match spec.with_declared_env(&env) {
+                    Ok(s) => s,
+                    Err(e) => return failed(RunState::Blocked, "secret_invalid", e.to_string()),
+                };
+            }
+        }
+        drop(delivered);
+
         // From here on a crash may have had effects (DUR-2).
         if self
             .store
@@ -400,6 +504,7 @@ impl Service {
         let handle = tokio::runtime::Handle::current();
         let store = self.store.clone();
         let log_run = run.id.clone();
+        let log_redactor = redactor.clone();
         let logger = std::thread::spawn(move || {
             let mut events = 0u32;
             for (stream, bytes) in rx {
@@ -407,7 +512,7 @@ impl Service {
                     continue; // counted in the captured totals; the event log is capped
                 }
                 events += 1;
-                let text = String::from_utf8_lossy(&bytes).into_owned();
+                let text = log_redactor.redact(&String::from_utf8_lossy(&bytes));
                 let _ = handle.block_on(store.append_event(
                     &log_run,
                     token,
@@ -578,10 +683,11 @@ impl Service {
             Err(e) => return with_error(&finish, RunState::Failed, "internal", e.to_string()),
         };
         for f in &files {
+            let (digest, size) = self.redact_artifact(f, &redactor);
             let a = Artifact {
                 name: f.rel_path.clone(),
-                digest: f.sha256.clone(),
-                size: i64::try_from(f.size).unwrap_or(i64::MAX),
+                digest,
+                size: i64::try_from(size).unwrap_or(i64::MAX),
                 media_type: f.media_type.to_string(),
             };
             if self.store.add_artifact(&run.id, token, &a).await.is_ok() {

@@ -13,6 +13,7 @@
 //! other than through the broker.
 
 mod executor;
+pub mod secrets;
 mod service;
 
 pub use executor::ERROR_CODES;

@@ -22,18 +22,21 @@ pub struct Config {
     /// Operator egress policy (channels live here).
     pub egress_policy: Option<PathBuf>,
     pub driver: DriverChoice,
+    /// Key directory (KEK, high-water marks); outside the database.
+    pub key_dir: PathBuf,
 }
 
 impl Config {
     pub fn with_defaults(data_dir: PathBuf, workers_dir: PathBuf) -> Self {
         Self {
-            data_dir,
+            data_dir: data_dir.clone(),
             workers_dir,
             node_id: format!("node-{}", hostname()),
             max_concurrent: 4,
             lease: Duration::from_secs(30),
             egress_policy: None,
             driver: DriverChoice::Auto,
+            key_dir: data_dir.join("keys"),
         }
     }
 }
@@ -119,6 +122,9 @@ pub struct Service {
     pub(crate) wake: tokio::sync::Notify,
     pub(crate) owner: String,
     pub(crate) cancels: Mutex<HashMap<String, Arc<AtomicBool>>>,
+    pub(crate) secrets: crate::secrets::Secrets,
+    /// Redactors of runs in flight, applied to their terminal record.
+    pub(crate) redactors: Mutex<HashMap<String, Arc<airlock_vault::Redactor>>>,
 }
 
 impl std::fmt::Debug for Service {
@@ -137,6 +143,8 @@ pub(crate) fn sha256_file(p: &Path) -> Option<String> {
 impl Service {
     pub fn open(store: Store, cfg: Config) -> std::io::Result<Arc<Self>> {
         std::fs::create_dir_all(cfg.data_dir.join("runs"))?;
+        let secrets = crate::secrets::Secrets::open(&cfg.key_dir, store.clone())
+            .map_err(std::io::Error::other)?;
         let artifacts = airlock_files::ArtifactStore::open(&cfg.data_dir.join("artifacts"))?;
         let owner = format!("{}:{}", cfg.node_id, std::process::id());
         let svc = Arc::new(Self {
@@ -147,6 +155,8 @@ impl Service {
             wake: tokio::sync::Notify::new(),
             owner,
             cancels: Mutex::new(HashMap::new()),
+            secrets,
+            redactors: Mutex::new(HashMap::new()),
         });
         svc.reload();
         Ok(svc)
@@ -154,6 +164,31 @@ impl Service {
 
     pub fn store(&self) -> &Store {
         &self.store
+    }
+
+    pub fn secrets(&self) -> &crate::secrets::Secrets {
+        &self.secrets
+    }
+
+    /// `(worker id, declared secret names)` for every loaded worker.
+    pub fn declared_secrets(&self) -> Vec<(String, Vec<String>)> {
+        let Ok(w) = self.workers.read() else {
+            return Vec::new();
+        };
+        w.bundles
+            .values()
+            .map(|b| {
+                (
+                    b.id.as_str().to_string(),
+                    b.manifest
+                        .secrets
+                        .names
+                        .iter()
+                        .map(|n| n.as_str().to_string())
+                        .collect(),
+                )
+            })
+            .collect()
     }
 
     pub fn config(&self) -> &Config {

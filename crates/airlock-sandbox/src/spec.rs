@@ -393,6 +393,32 @@ impl SandboxSpec {
         self
     }
 
+    /// Adds secret files (validated like [`SandboxRequest::secret_files`]).
+    pub fn with_secret_files(mut self, files: Vec<SecretFile>) -> Self {
+        let ok = |f: &SecretFile| {
+            f.name.len() <= 64
+                && f.name.starts_with(|c: char| c.is_ascii_uppercase())
+                && f.name
+                    .chars()
+                    .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
+                && f.value.expose().len() <= 32 * 1024
+        };
+        self.secret_files.extend(files.into_iter().filter(ok));
+        self
+    }
+
+    /// Adds declared environment variables, with the same checks as at parse.
+    pub fn with_declared_env(mut self, vars: &[(String, String)]) -> Result<Self, SpecError> {
+        let mut all: Vec<(String, String)> = self
+            .declared_env
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        all.extend(vars.iter().cloned());
+        self.declared_env = env::parse_declared(&all)?;
+        Ok(self)
+    }
+
     pub fn argv(&self) -> &[String] {
         &self.argv
     }

@@ -1297,6 +1297,17 @@ impl Store {
             .transpose()
     }
 
+    /// One specific wrapped data key version of a workspace.
+    pub async fn data_key_version(&self, workspace: &str, version: i64) -> Result<Option<String>> {
+        Ok(sqlx::query_scalar(
+            "SELECT wrapped FROM data_keys WHERE workspace_id = $1 AND version = $2",
+        )
+        .bind(workspace)
+        .bind(version)
+        .fetch_optional(&self.pool)
+        .await?)
+    }
+
     /// Every wrapped data key (for `keys rewrap`).
     pub async fn all_data_keys(&self) -> Result<Vec<(String, i64, String)>> {
         let rows = sqlx::query(

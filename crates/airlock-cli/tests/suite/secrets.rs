@@ -1,0 +1,376 @@
+//! The vault end to end (KEY-1 … KEY-6): secrets go in through stdin, reach
+//! exactly the runs that declare them, and leave no trace in the database,
+//! the artifact store or the run record.
+
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use serde_json::Value;
+
+use crate::suite::support::*;
+
+const VALUE: &str = "tok-5e3c1a9d7b2f4e6a8c0d";
+
+struct Env {
+    _root: tempfile::TempDir,
+    data: std::path::PathBuf,
+    workers: std::path::PathBuf,
+}
+
+impl Env {
+    fn new() -> Self {
+        let root = workdir(Who::Invoker);
+        let data = root.path().join("data");
+        let workers = root.path().join("workers");
+        std::fs::create_dir_all(&workers).unwrap();
+        Self {
+            data,
+            workers,
+            _root: root,
+        }
+    }
+    fn cmd(&self) -> Command {
+        let mut c = airlock(Who::Invoker);
+        c.env("AIRLOCK_DATA_DIR", &self.data)
+            .env("AIRLOCK_WORKERS_DIR", &self.workers);
+        c
+    }
+    fn worker(&self, id: &str, toml: &str, script: &str) {
+        let dir = self.workers.join(id);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(
+            dir.join("worker.toml"),
+            format!("[worker]\nid = \"{id}\"\ntitle = \"{id}\"\ndescription = \"t\"\nkind = \"script\"\nentry = \"run.sh\"\nruntime = \"sh\"\n{toml}\n"),
+        )
+        .unwrap();
+        std::fs::write(dir.join("run.sh"), script).unwrap();
+    }
+    fn set(&self, name: &str, value: &[u8]) -> (i32, String) {
+        let mut child = self
+            .cmd()
+            .args(["secrets", "set", name])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // A refused (oversized) value may be cut off mid-write: that is the point.
+        let _ = child.stdin.take().unwrap().write_all(value);
+        let out = child.wait_with_output().unwrap();
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+    fn run(&self, id: &str) -> Value {
+        let out = self.cmd().args(["run", id, "--json"]).output().unwrap();
+        serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&out.stderr).into_owned()))
+    }
+    /// Every byte the platform stored: database files and artifact blobs.
+    fn stored_bytes(&self) -> Vec<u8> {
+        let mut all = Vec::new();
+        let mut stack = vec![self.data.clone()];
+        while let Some(d) = stack.pop() {
+            for e in std::fs::read_dir(&d).unwrap().flatten() {
+                let p = e.path();
+                if p.is_dir() {
+                    if !p.ends_with("keys") {
+                        stack.push(p);
+                    }
+                } else {
+                    all.extend(std::fs::read(&p).unwrap_or_default());
+                }
+            }
+        }
+        all
+    }
+}
+
+fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    hay.windows(needle.len()).any(|w| w == needle)
+}
+
+const LEAKY: &str = "t=$(cat /run/secrets/API_TOKEN)\necho \"stdout $t\"\necho \"stderr $t\" >&2\necho \"file $t\" > /airlock/output/leak.txt\nprintf '{\"echo\": \"%s\", \"digest\": \"%s\"}' \"$t\" \"$(printf %s \"$t\" | sha256sum | cut -c1-64)\" > /airlock/output/result.json\necho \"failing with $t\" >&2\nexit 3\n";
+
+#[test]
+fn key_6_a_secret_printed_everywhere_is_stored_nowhere() {
+    let env = Env::new();
+    env.worker("leaky", "[secrets]\nnames = [\"API_TOKEN\"]\n[outputs.echo]\ntype = \"string\"\n[outputs.digest]\ntype = \"string\"\n", LEAKY);
+    assert_eq!(env.set("API_TOKEN", VALUE.as_bytes()).0, 0);
+    let v = env.run("leaky");
+    assert_eq!(v["run"]["state"], "failed", "{v}");
+    // Positive control: the workload really had the value (its digest is right).
+    let digest = {
+        use std::process::Command;
+        let o = Command::new("sh")
+            .args([
+                "-c",
+                &format!("printf %s '{VALUE}' | sha256sum | cut -c1-64"),
+            ])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&o.stdout).trim().to_string()
+    };
+    assert_eq!(v["run"]["outputs"]["digest"], digest.as_str());
+    assert_eq!(v["run"]["outputs"]["echo"], "[REDACTED]");
+    let id = v["run"]["id"].as_str().unwrap();
+    let logs = env.cmd().args(["runs", "logs", id]).output().unwrap();
+    let logs = String::from_utf8_lossy(&logs.stdout);
+    assert!(
+        logs.contains("stdout [REDACTED]") && logs.contains("stderr [REDACTED]"),
+        "{logs}"
+    );
+    let leak = v["artifacts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["name"] == "leak.txt")
+        .unwrap();
+    let blob = std::fs::read(
+        env.data
+            .join("artifacts/sha256")
+            .join(&leak["digest"].as_str().unwrap()[..2])
+            .join(leak["digest"].as_str().unwrap()),
+    )
+    .unwrap();
+    assert_eq!(String::from_utf8_lossy(&blob), "file [REDACTED]\n");
+    // Sentinel scan: no stored byte anywhere (database, WAL, artifacts) holds the value.
+    let stored = env.stored_bytes();
+    assert!(
+        !contains(&stored, VALUE.as_bytes()),
+        "the value reached storage"
+    );
+    assert!(
+        contains(&stored, b"[REDACTED]"),
+        "positive control: the scan sees stored run data"
+    );
+}
+
+#[test]
+fn key_5_a_declared_but_unset_secret_blocks_the_run_naming_it() {
+    let env = Env::new();
+    env.worker(
+        "needs",
+        "[secrets]\nnames = [\"MISSING_ONE\"]\n",
+        "echo '{}' > /airlock/output/result.json\n",
+    );
+    let v = env.run("needs");
+    assert_eq!(v["run"]["state"], "blocked", "{v}");
+    assert_eq!(v["run"]["error_code"], "secret_missing");
+    assert!(
+        v["run"]["error_message"]
+            .as_str()
+            .unwrap()
+            .contains("MISSING_ONE")
+    );
+    assert_eq!(v["run"]["workload_started"], false);
+    // Positive control: once set, the same worker runs.
+    assert_eq!(env.set("MISSING_ONE", b"some-value-123456").0, 0);
+    assert_eq!(env.run("needs")["run"]["state"], "succeeded");
+}
+
+#[test]
+fn key_5_env_delivery_and_undeclared_secrets_are_absent() {
+    let env = Env::new();
+    assert_eq!(env.set("DECLARED_ONE", b"declared-value-42").0, 0);
+    assert_eq!(env.set("OTHER_ONE", b"other-value-4242").0, 0);
+    env.worker(
+        "envy",
+        "[secrets]\nnames = [\"DECLARED_ONE\"]\ndelivery = \"env\"\n[outputs.ok]\ntype = \"boolean\"\n",
+        "[ \"$DECLARED_ONE\" = declared-value-42 ] && [ -z \"${OTHER_ONE:-}\" ] && [ ! -e /run/secrets ] && echo '{\"ok\": true}' > /airlock/output/result.json\n",
+    );
+    let v = env.run("envy");
+    assert_eq!(v["run"]["state"], "succeeded", "{v}");
+}
+
+#[test]
+fn key_4_bad_names_and_values_are_refused_and_nothing_is_written() {
+    let env = Env::new();
+    let long = "A".repeat(65);
+    for (name, value, code) in [
+        ("lowercase", &b"v-123456789"[..], "secret_invalid"),
+        (long.as_str(), b"v-123456789", "secret_invalid"),
+        ("AIRLOCK_X", b"v-123456789", ""),
+        ("DATABASE_URL", b"v-123456789", "secret_forbidden"),
+        ("GOOD_NAME", b"with\0nul", "secret_invalid"),
+    ] {
+        let (rc, err) = env.set(name, value);
+        assert_eq!(rc, 125, "{name}: {err}");
+        assert!(err.contains(code), "{name}: {err}");
+    }
+    let (rc, err) = env.set("GOOD_NAME", &vec![b'x'; 1 << 20]);
+    assert_eq!(rc, 125, "{err}");
+    let list = env
+        .cmd()
+        .args(["secrets", "list", "--json"])
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_slice(&list.stdout).unwrap();
+    assert_eq!(
+        v["secrets"],
+        serde_json::json!([]),
+        "nothing partially written"
+    );
+}
+
+fn sqlite(db: &Path, sql: &str) {
+    let script = format!(
+        "import sqlite3,sys\nc=sqlite3.connect(sys.argv[1])\nc.executescript(\"\"\"{sql}\"\"\")\nc.commit()\n"
+    );
+    assert!(
+        Command::new("/usr/bin/python3")
+            .args(["-c", &script, db.to_str().unwrap()])
+            .status()
+            .unwrap()
+            .success()
+    );
+}
+
+fn sqlite_get(db: &Path, sql: &str) -> String {
+    let script = format!(
+        "import sqlite3,sys\nc=sqlite3.connect(sys.argv[1])\nprint(c.execute(\"\"\"{sql}\"\"\").fetchone()[0])\n"
+    );
+    let o = Command::new("/usr/bin/python3")
+        .args(["-c", &script, db.to_str().unwrap()])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&o.stdout).trim().to_string()
+}
+
+#[test]
+fn key_3_rolled_back_secret_rows_are_refused() {
+    let env = Env::new();
+    env.worker(
+        "reader",
+        "[secrets]\nnames = [\"ROTATING\"]\n",
+        "echo '{}' > /airlock/output/result.json\n",
+    );
+    assert_eq!(env.set("ROTATING", b"first-value-0123456").0, 0);
+    let db = env.data.join("airlock.db");
+    let old_sealed = sqlite_get(&db, "SELECT sealed FROM secrets WHERE name = 'ROTATING'");
+    assert_eq!(env.set("ROTATING", b"second-value-0123456").0, 0);
+    assert_eq!(
+        env.run("reader")["run"]["state"],
+        "succeeded",
+        "positive control"
+    );
+    // UPDATE back to the old row.
+    sqlite(
+        &db,
+        &format!("UPDATE secrets SET version = 1, sealed = '{old_sealed}' WHERE name = 'ROTATING'"),
+    );
+    let v = env.run("reader");
+    assert_eq!(
+        (v["run"]["state"].as_str(), v["run"]["error_code"].as_str()),
+        (Some("blocked"), Some("secret_rollback")),
+        "{v}"
+    );
+    // DELETE + INSERT of the old bytes.
+    sqlite(
+        &db,
+        &format!(
+            "DELETE FROM secrets WHERE name = 'ROTATING'; INSERT INTO secrets (workspace_id, name, version, sealed, updated_at) VALUES ('ws_default', 'ROTATING', 1, '{old_sealed}', 0)"
+        ),
+    );
+    let v = env.run("reader");
+    assert_eq!(v["run"]["error_code"], "secret_rollback", "{v}");
+}
+
+#[test]
+fn key_3_a_restored_old_database_is_refused_at_start_until_accepted() {
+    let env = Env::new();
+    assert_eq!(env.set("KEEP", b"value-one-0123456789").0, 0);
+    let db = env.data.join("airlock.db");
+    // Checkpoint the WAL so the file copy is the whole database.
+    sqlite(&db, "PRAGMA wal_checkpoint(TRUNCATE)");
+    let backup = env.data.join("backup.db");
+    std::fs::copy(&db, &backup).unwrap();
+    assert_eq!(env.set("KEEP", b"value-two-0123456789").0, 0);
+    sqlite(&db, "PRAGMA wal_checkpoint(TRUNCATE)");
+    std::fs::copy(&backup, &db).unwrap();
+    let _ = std::fs::remove_file(env.data.join("airlock.db-wal"));
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+        .to_string();
+    let up = env
+        .cmd()
+        .args(["up", "--listen", &format!("127.0.0.1:{port}")])
+        .output()
+        .unwrap();
+    assert_eq!(
+        up.status.code(),
+        Some(125),
+        "{}",
+        String::from_utf8_lossy(&up.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&up.stderr).contains("accept-restore"),
+        "{}",
+        String::from_utf8_lossy(&up.stderr)
+    );
+    // The operator's recovery path, audited.
+    let ok = env.cmd().args(["keys", "accept-restore"]).output().unwrap();
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    let audit = env.cmd().args(["audit", "verify"]).output().unwrap();
+    assert!(audit.status.success());
+    let lines = sqlite_get(
+        &db,
+        "SELECT COUNT(*) FROM audit_events WHERE line LIKE '%vault.restore_accepted%'",
+    );
+    assert_eq!(lines, "1");
+}
+
+#[test]
+fn key_1_loose_key_directory_permissions_are_refused_and_the_kek_is_stored_nowhere() {
+    let env = Env::new();
+    assert_eq!(env.set("SOME_SECRET", b"secret-value-987654").0, 0);
+    let kek = std::fs::read(env.data.join("keys/kek-v1")).unwrap();
+    assert_eq!(kek.len(), 32);
+    let stored = env.stored_bytes();
+    let hex: String = kek.iter().map(|b| format!("{b:02x}")).collect();
+    assert!(
+        !contains(&stored, &kek) && !contains(&stored, hex.as_bytes()),
+        "the KEK reached the database"
+    );
+    // Rotation and rewrap: old data stays readable.
+    assert!(
+        env.cmd()
+            .args(["keys", "rotate"])
+            .output()
+            .unwrap()
+            .status
+            .success()
+    );
+    assert!(
+        env.cmd()
+            .args(["keys", "rewrap"])
+            .output()
+            .unwrap()
+            .status
+            .success()
+    );
+    env.worker("reads", "[secrets]\nnames = [\"SOME_SECRET\"]\n", "[ \"$(cat /run/secrets/SOME_SECRET)\" = secret-value-987654 ] && echo '{}' > /airlock/output/result.json\n");
+    assert_eq!(env.run("reads")["run"]["state"], "succeeded");
+    // A key directory anyone can read is refused.
+    std::fs::set_permissions(
+        env.data.join("keys"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let out = env.cmd().args(["secrets", "list"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(125));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("keys"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

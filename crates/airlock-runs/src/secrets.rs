@@ -1,0 +1,308 @@
+//! Secrets (KEY-1 … KEY-6): the vault over the store. Values go in once
+//! (write-only surfaces), come out only for a run that declared them, and
+//! are redacted from everything the run leaves behind.
+
+use airlock_store::Store;
+use airlock_vault::{
+    DataKey, ExposeSecret, RecordRef, SealedSecret, SecretName, SecretValue, Vault, VaultConfig,
+    WrappedDataKey,
+};
+use std::path::Path;
+
+/// Why a secrets operation failed; `code()` is stable.
+#[derive(Debug, thiserror::Error)]
+pub enum SecretError {
+    #[error("{0}")]
+    Invalid(String),
+    #[error("secret {0} is a platform secret and can never be stored, declared or delivered")]
+    Platform(String),
+    #[error("secret {0} is declared but not set")]
+    Missing(String),
+    #[error("vault: {0}")]
+    Vault(#[from] airlock_vault::VaultError),
+    #[error("store: {0}")]
+    Store(#[from] airlock_store::StoreError),
+    #[error("corrupt record for {0}")]
+    Corrupt(String),
+}
+
+impl SecretError {
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::Invalid(_) => "secret_invalid",
+            Self::Platform(_) => "secret_forbidden",
+            Self::Missing(_) => "secret_missing",
+            Self::Vault(airlock_vault::VaultError::Rollback { .. }) => "secret_rollback",
+            Self::Vault(_) => "vault_error",
+            Self::Store(_) => "store_error",
+            Self::Corrupt(_) => "secret_corrupt",
+        }
+    }
+}
+
+/// Metadata of one secret (KEY-4: never a value).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct SecretInfo {
+    pub name: String,
+    pub version: i64,
+    pub updated_at: i64,
+    pub last_used_at: Option<i64>,
+    pub used_by: Vec<String>,
+}
+
+/// The vault bound to a store. The key directory is opened per operation
+/// (the vault holds an exclusive lock on it while open), so several airlock
+/// processes — `airlock up`, the CLI, more nodes on one host — can share it,
+/// and every operation sees the current keyring and high-water marks.
+#[derive(Clone)]
+pub struct Secrets {
+    key_dir: std::path::PathBuf,
+    store: Store,
+}
+
+impl std::fmt::Debug for Secrets {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secrets")
+    }
+}
+
+fn name(s: &str) -> Result<SecretName, SecretError> {
+    if airlock_worker::is_platform_secret(s) {
+        return Err(SecretError::Platform(s.to_string()));
+    }
+    SecretName::parse(s).map_err(|e| SecretError::Invalid(e.to_string()))
+}
+
+impl Secrets {
+    /// Opens (creating on first start) the key directory once to check it:
+    /// one whose permissions are looser than 0700/0600 is refused.
+    pub fn open(key_dir: &Path, store: Store) -> Result<Self, SecretError> {
+        let s = Self {
+            key_dir: key_dir.to_path_buf(),
+            store,
+        };
+        drop(s.vault()?);
+        Ok(s)
+    }
+
+    /// The vault, waiting briefly while another process holds the key
+    /// directory.
+    pub fn vault(&self) -> Result<Vault, SecretError> {
+        let mut wait = std::time::Duration::from_millis(2);
+        for _ in 0..12 {
+            let opened = airlock_vault::KeyDir::open_or_create(&self.key_dir)
+                .and_then(|k| Vault::new(k, VaultConfig::default()));
+            match opened {
+                Err(airlock_vault::VaultError::Locked { .. }) => {
+                    std::thread::sleep(wait);
+                    wait = (wait * 2).min(std::time::Duration::from_millis(250));
+                }
+                other => return Ok(other?),
+            }
+        }
+        Ok(airlock_vault::KeyDir::open_or_create(&self.key_dir)
+            .and_then(|k| Vault::new(k, VaultConfig::default()))?)
+    }
+
+    /// Installs a new KEK version (KEY-2).
+    pub fn rotate(&self) -> Result<u32, SecretError> {
+        Ok(self.vault()?.rotate()?)
+    }
+
+    pub fn current_kek_version(&self) -> Result<u32, SecretError> {
+        Ok(self.vault()?.current_kek_version())
+    }
+
+    async fn data_key(&self, vault: &Vault, workspace: &str) -> Result<DataKey, SecretError> {
+        let wrapped = match self.store.data_key(workspace).await? {
+            Some((_, json)) => serde_json::from_str::<WrappedDataKey>(&json)
+                .map_err(|_| SecretError::Corrupt("data key".into()))?,
+            None => {
+                let w = vault.new_data_key(workspace)?;
+                let json = serde_json::to_string(&w)
+                    .map_err(|_| SecretError::Corrupt("data key".into()))?;
+                self.store
+                    .put_data_key(workspace, i64::from(w.version), &json)
+                    .await?;
+                w
+            }
+        };
+        Ok(vault.unwrap_data_key(&wrapped)?)
+    }
+
+    /// Stores a new version of a secret (value from stdin or a request body,
+    /// never argv). The database commits first, then the high-water mark,
+    /// so a crash between them leaves the record ahead of the mark (allowed)
+    /// rather than behind it.
+    pub async fn set(
+        &self,
+        workspace: &str,
+        secret: &str,
+        value: Vec<u8>,
+        actor: &str,
+    ) -> Result<u64, SecretError> {
+        let name = name(secret)?;
+        let value = SecretValue::parse(value).map_err(|e| SecretError::Invalid(e.to_string()))?;
+        let vault = self.vault()?;
+        let stored = self
+            .store
+            .get_secret(workspace, name.as_str())
+            .await?
+            .map(|(v, _)| u64::try_from(v).unwrap_or(0));
+        let version = vault.next_version(workspace, &name, stored)?;
+        let dk = self.data_key(&vault, workspace).await?;
+        let sealed = vault.seal(&dk, &name, version, &value)?;
+        let json =
+            serde_json::to_string(&sealed).map_err(|_| SecretError::Corrupt(secret.into()))?;
+        self.store
+            .put_secret(
+                workspace,
+                name.as_str(),
+                i64::try_from(version).unwrap_or(i64::MAX),
+                &json,
+                actor,
+            )
+            .await?;
+        vault.record_write(workspace, &name, version)?;
+        Ok(version)
+    }
+
+    /// Reads a secret for a run (audited), refusing rolled-back records.
+    pub async fn read_for_run(
+        &self,
+        workspace: &str,
+        secret: &str,
+        run_id: &str,
+    ) -> Result<(SecretName, SecretValue), SecretError> {
+        let name = name(secret)?;
+        let Some((version, json)) = self.store.get_secret(workspace, name.as_str()).await? else {
+            return Err(SecretError::Missing(secret.to_string()));
+        };
+        let vault = self.vault()?;
+        vault.check_read(workspace, &name, u64::try_from(version).unwrap_or(0))?;
+        let sealed: SealedSecret =
+            serde_json::from_str(&json).map_err(|_| SecretError::Corrupt(secret.into()))?;
+        // The data key that sealed this record, by its version.
+        let wrapped = self
+            .store
+            .data_key_version(workspace, i64::from(sealed.data_key_version))
+            .await?
+            .ok_or_else(|| SecretError::Corrupt(format!("{secret}: its data key is missing")))?;
+        let wrapped: WrappedDataKey =
+            serde_json::from_str(&wrapped).map_err(|_| SecretError::Corrupt("data key".into()))?;
+        let dk = vault.unwrap_data_key(&wrapped)?;
+        let value = vault.open(&dk, &sealed)?;
+        self.store
+            .secret_read(workspace, name.as_str(), run_id)
+            .await?;
+        Ok((name, value))
+    }
+
+    pub async fn remove(
+        &self,
+        workspace: &str,
+        secret: &str,
+        actor: &str,
+    ) -> Result<bool, SecretError> {
+        let name = name(secret)?;
+        let vault = self.vault()?;
+        let stored = self.store.get_secret(workspace, name.as_str()).await?;
+        let removed = self
+            .store
+            .delete_secret(workspace, name.as_str(), actor)
+            .await?;
+        if let Some((v, _)) = stored {
+            vault.record_delete(workspace, &name, u64::try_from(v).unwrap_or(0))?;
+        }
+        Ok(removed)
+    }
+
+    /// Metadata only, with the workers that declare each secret.
+    pub async fn list(
+        &self,
+        workspace: &str,
+        declared: &[(String, Vec<String>)],
+    ) -> Result<Vec<SecretInfo>, SecretError> {
+        Ok(self
+            .store
+            .list_secrets(workspace)
+            .await?
+            .into_iter()
+            .map(|(name, version, updated_at, last_used_at)| SecretInfo {
+                used_by: declared
+                    .iter()
+                    .filter(|(_, n)| n.contains(&name))
+                    .map(|(w, _)| w.clone())
+                    .collect(),
+                name,
+                version,
+                updated_at,
+                last_used_at,
+            })
+            .collect())
+    }
+
+    /// Start-up check (KEY-3): a restored older database is refused.
+    pub async fn startup_check(&self) -> Result<airlock_vault::StartupReport, SecretError> {
+        let mut refs = Vec::new();
+        for (ws, n, v, _) in self.store.all_secrets().await? {
+            if let Ok(name) = SecretName::parse(&n) {
+                refs.push(RecordRef::new(ws, name, u64::try_from(v).unwrap_or(0)));
+            }
+        }
+        Ok(self.vault()?.check_startup(&refs)?)
+    }
+
+    /// The operator's recovery for a legitimately restored backup.
+    pub async fn accept_restore(&self) -> Result<usize, SecretError> {
+        let mut refs = Vec::new();
+        for (ws, n, v, _) in self.store.all_secrets().await? {
+            if let Ok(name) = SecretName::parse(&n) {
+                refs.push(RecordRef::new(ws, name, u64::try_from(v).unwrap_or(0)));
+            }
+        }
+        let changes = self.vault()?.accept_restore(&refs)?;
+        self.store
+            .audit(
+                airlock_store::DEFAULT_WORKSPACE,
+                airlock_store::AuditRecord::system("vault.restore_accepted", None).with_metadata(
+                    serde_json::json!({"records": refs.len(), "changes": changes.len()}),
+                ),
+            )
+            .await?;
+        Ok(changes.len())
+    }
+
+    /// Rewraps every data key under the newest KEK (idempotent per record,
+    /// so an interrupted run can simply be repeated). Returns `(done, total)`.
+    pub async fn rewrap_all(
+        &self,
+        mut progress: impl FnMut(usize, usize),
+    ) -> Result<(usize, usize), SecretError> {
+        let keys = self.store.all_data_keys().await?;
+        let total = keys.len();
+        let vault = self.vault()?;
+        for (i, (ws, version, json)) in keys.into_iter().enumerate() {
+            let w: WrappedDataKey =
+                serde_json::from_str(&json).map_err(|_| SecretError::Corrupt("data key".into()))?;
+            let nw = vault.rewrap(&w)?;
+            let nj =
+                serde_json::to_string(&nw).map_err(|_| SecretError::Corrupt("data key".into()))?;
+            self.store.put_data_key(&ws, version, &nj).await?;
+            progress(i + 1, total);
+        }
+        Ok((total, total))
+    }
+}
+
+/// Redacts every delivered value from text (KEY-6).
+pub fn redactor<'a>(
+    values: impl IntoIterator<Item = (&'a SecretName, &'a SecretValue)>,
+) -> airlock_vault::Redactor {
+    airlock_vault::Redactor::new(values)
+}
+
+/// A value's bytes, for delivery into the sandbox.
+pub fn bytes(v: &SecretValue) -> Vec<u8> {
+    v.expose_secret().to_vec()
+}
