@@ -105,3 +105,12 @@ fn main() -> ExitCode {
         Command::Keys { command } => runs_cmd::keys(&cli.paths, &command),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn cli_definition_is_consistent() {
+        use clap::CommandFactory;
+        super::Cli::command().debug_assert();
+    }
+}

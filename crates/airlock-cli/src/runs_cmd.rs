@@ -696,6 +696,11 @@ pub enum KeysCommand {
     Rotate,
     /// Move every data key to the newest KEK version (resumable).
     Rewrap,
+    /// Retire a KEK version (rewrap first; data still under it then fails).
+    Retire {
+        #[arg(value_name = "VERSION")]
+        kek_version: u32,
+    },
     /// Accept a legitimately restored backup: reset the high-water marks to
     /// the database's versions (audited).
     AcceptRestore,
@@ -743,6 +748,13 @@ pub fn keys(paths: &Paths, cmd: &KeysCommand) -> ExitCode {
                     Err(e) => err(format!("{}: {e}", e.code())),
                 }
             }
+            KeysCommand::Retire { kek_version } => match svc.secrets().retire(*kek_version) {
+                Ok(()) => {
+                    println!("kek version {kek_version} retired");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => err(format!("{}: {e}", e.code())),
+            },
             KeysCommand::AcceptRestore => match svc.secrets().accept_restore().await {
                 Ok(n) => {
                     println!("high-water marks reset ({n} change(s)); audited");

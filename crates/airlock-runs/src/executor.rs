@@ -497,6 +497,19 @@ impl Service {
                 &json!({"state": "running", "attempt": run.attempt}),
             )
             .await;
+        // KEY-6: values too weak to replace everywhere are named (never shown)
+        // so the operator can fix them.
+        for w in redactor.warnings() {
+            let _ = self
+                .store
+                .append_event(
+                    &run.id,
+                    token,
+                    "warning",
+                    &json!({"secret": w.name.as_str(), "warning": "low-entropy secret: redacted only as a whole word, or not at all", "detail": format!("{:?}", w.kind)}),
+                )
+                .await;
+        }
 
         // Live logs: a bounded channel; a thread turns chunks into events.
         let (tx, rx) =

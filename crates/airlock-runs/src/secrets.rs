@@ -109,6 +109,12 @@ impl Secrets {
         Ok(self.vault()?.rotate()?)
     }
 
+    /// Retires a KEK version: data still under it then fails with a typed
+    /// error (rewrap first).
+    pub fn retire(&self, version: u32) -> Result<(), SecretError> {
+        Ok(self.vault()?.retire(version)?)
+    }
+
     pub fn current_kek_version(&self) -> Result<u32, SecretError> {
         Ok(self.vault()?.current_kek_version())
     }

@@ -358,6 +358,13 @@ fn key_1_loose_key_directory_permissions_are_refused_and_the_kek_is_stored_nowhe
             .status
             .success()
     );
+    // Everything moved, so the old version can be retired.
+    let retired = env.cmd().args(["keys", "retire", "1"]).output().unwrap();
+    assert!(
+        retired.status.success(),
+        "{}",
+        String::from_utf8_lossy(&retired.stderr)
+    );
     env.worker("reads", "[secrets]\nnames = [\"SOME_SECRET\"]\n", "[ \"$(cat /run/secrets/SOME_SECRET)\" = secret-value-987654 ] && echo '{}' > /airlock/output/result.json\n");
     assert_eq!(env.run("reads")["run"]["state"], "succeeded");
     // A key directory anyone can read is refused.
@@ -372,5 +379,30 @@ fn key_1_loose_key_directory_permissions_are_refused_and_the_kek_is_stored_nowhe
         String::from_utf8_lossy(&out.stderr).contains("keys"),
         "{}",
         String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn key_6_a_low_entropy_secret_is_named_in_a_warning_never_shown() {
+    let env = Env::new();
+    assert_eq!(env.set("WEAK_ONE", b"aaaa").0, 0);
+    env.worker(
+        "weak",
+        "[secrets]\nnames = [\"WEAK_ONE\"]\n",
+        "echo '{}' > /airlock/output/result.json\n",
+    );
+    let v = env.run("weak");
+    let id = v["run"]["id"].as_str().unwrap();
+    let db = env.data.join("airlock.db");
+    let warnings = sqlite_get(
+        &db,
+        &format!(
+            "SELECT group_concat(data, '|') FROM run_events WHERE run_id = '{id}' AND kind = 'warning'"
+        ),
+    );
+    assert!(warnings.contains("WEAK_ONE"), "{warnings}");
+    assert!(
+        !warnings.contains("aaaa"),
+        "the warning must not show the value: {warnings}"
     );
 }
