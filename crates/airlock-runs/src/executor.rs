@@ -321,7 +321,18 @@ impl Service {
         let egress = if wants_egress {
             let mut policy = match &self.cfg.egress_policy {
                 Some(p) => {
-                    match airlock_egress::Policy::load(p, &airlock_egress::policy::EnvAndFiles) {
+                    // Channel credentials may live in the vault
+                    // (`${secret:NAME}`): read them here, for the proxy.
+                    let text = std::fs::read_to_string(p).unwrap_or_default();
+                    let source = match self
+                        .secrets
+                        .channel_source(&run.workspace_id, &text, &run.id)
+                        .await
+                    {
+                        Ok(s) => s,
+                        Err(e) => return failed(RunState::Blocked, e.code(), e.to_string()),
+                    };
+                    match airlock_egress::Policy::load(p, &source) {
                         Ok(p) => p,
                         Err(e) => {
                             return failed(
@@ -416,6 +427,28 @@ impl Service {
             }
         }
 
+        // KEY-5: a channel's credential can never be delivered to a sandbox,
+        // whatever a manifest declares.
+        if let Some(p) = &self.cfg.egress_policy {
+            let channel_secrets = crate::secrets::channel_secret_names(
+                &std::fs::read_to_string(p).unwrap_or_default(),
+            );
+            if let Some(n) = m
+                .secrets
+                .names
+                .iter()
+                .find(|n| channel_secrets.iter().any(|c| c == n.as_str()))
+            {
+                return failed(
+                    RunState::Blocked,
+                    "secret_forbidden",
+                    format!(
+                        "secret {} is a channel credential and is never delivered to a sandbox",
+                        n.as_str()
+                    ),
+                );
+            }
+        }
         // KEY-5: exactly the declared secrets, read (and audited) now; a
         // missing one blocks the run before anything executes.
         let mut delivered = Vec::new();

@@ -312,3 +312,62 @@ pub fn redactor<'a>(
 pub fn bytes(v: &SecretValue) -> Vec<u8> {
     v.expose_secret().to_vec()
 }
+
+/// Names referenced as `${secret:NAME}` in an egress policy's text.
+pub fn channel_secret_names(policy_text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut rest = policy_text;
+    while let Some(i) = rest.find("${secret:") {
+        rest = &rest[i + 9..];
+        if let Some(end) = rest.find('}') {
+            out.push(rest[..end].to_string());
+            rest = &rest[end..];
+        } else {
+            break;
+        }
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// A policy secret source: `${secret:NAME}` from the vault (values read
+/// beforehand, audited), everything else from the environment and files.
+pub struct VaultSource {
+    values: std::collections::HashMap<String, String>,
+}
+
+impl std::fmt::Debug for VaultSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("VaultSource([REDACTED])")
+    }
+}
+
+impl airlock_egress::policy::SecretSource for VaultSource {
+    fn get(&self, reference: &str) -> Option<String> {
+        match reference.strip_prefix("secret:") {
+            Some(name) => self.values.get(name).cloned(),
+            None => airlock_egress::policy::EnvAndFiles.get(reference),
+        }
+    }
+}
+
+impl Secrets {
+    /// Reads the channel credentials an egress policy references from the
+    /// vault (KEY-5: on the trusted side, for the proxy only).
+    pub async fn channel_source(
+        &self,
+        workspace: &str,
+        policy_text: &str,
+        run_id: &str,
+    ) -> Result<VaultSource, SecretError> {
+        let mut values = std::collections::HashMap::new();
+        for n in channel_secret_names(policy_text) {
+            let (_, v) = self.read_for_run(workspace, &n, run_id).await?;
+            let text = String::from_utf8(bytes(&v))
+                .map_err(|_| SecretError::Invalid(format!("{n} is not UTF-8")))?;
+            values.insert(n, text);
+        }
+        Ok(VaultSource { values })
+    }
+}

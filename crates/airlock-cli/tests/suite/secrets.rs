@@ -406,3 +406,57 @@ fn key_6_a_low_entropy_secret_is_named_in_a_warning_never_shown() {
         "the warning must not show the value: {warnings}"
     );
 }
+
+#[test]
+fn key_5_channel_credentials_come_from_the_vault_and_are_never_delivered() {
+    let env = Env::new();
+    let up = crate::suite::upstream::start();
+    let policy = env.data.parent().unwrap().join("egress.toml");
+    std::fs::write(
+        &policy,
+        format!("[channels.model]\nupstream = \"http://127.0.0.1:{}\"\nheader = \"Authorization\"\nvalue = \"Bearer ${{secret:MODEL_KEY}}\"\nmethods = [\"POST\"]\npaths = [\"/v1/\"]\ninsecure_upstream_for_tests = true\n", up.port),
+    )
+    .unwrap();
+    assert_eq!(env.set("MODEL_KEY", VALUE.as_bytes()).0, 0);
+    env.worker(
+        "caller",
+        "[egress]\nchannels = [\"model\"]\n[outputs.status]\ntype = \"number\"\n",
+        "python3 -c \"import os,json,urllib.request as u; r=u.urlopen(u.Request(os.environ['AIRLOCK_CHANNEL_MODEL_URL']+'/v1/chat/completions', data=b'{}', method='POST')); json.dump({'status': r.status}, open('/airlock/output/result.json','w'))\"\n",
+    );
+    let out = env
+        .cmd()
+        .env("AIRLOCK_EGRESS_POLICY", &policy)
+        .args(["run", "caller", "--json"])
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    assert_eq!(
+        v["run"]["state"],
+        "succeeded",
+        "{v} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        up.requests()[0].header("authorization"),
+        Some(format!("Bearer {VALUE}").as_str())
+    );
+    // A manifest cannot have the channel's credential delivered to its sandbox.
+    env.worker(
+        "grabber",
+        "[secrets]\nnames = [\"MODEL_KEY\"]\n",
+        "cat /run/secrets/MODEL_KEY\n",
+    );
+    let out = env
+        .cmd()
+        .env("AIRLOCK_EGRESS_POLICY", &policy)
+        .args(["run", "grabber", "--json"])
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    assert_eq!(
+        (v["run"]["state"].as_str(), v["run"]["error_code"].as_str()),
+        (Some("blocked"), Some("secret_forbidden")),
+        "{v}"
+    );
+    assert!(!contains(&env.stored_bytes(), VALUE.as_bytes()));
+}
