@@ -511,20 +511,23 @@ fn classify_request(req: &Request<Incoming>, self_authority: &str) -> Target {
 
 async fn handle(req: Request<Incoming>, ctx: Arc<Ctx>) -> Response<Body> {
     let limits = ctx.limits();
-    if !ctx.counters.admit(limits.max_requests_per_second) {
+    // Every refusal is a decision and gets its log line (NET-7).
+    let deny = |ctx: &Ctx, status: StatusCode, reason: &'static str| {
         ctx.counters.denied.fetch_add(1, Ordering::Relaxed);
-        let mut r = refusal(StatusCode::TOO_MANY_REQUESTS, "rate_limited");
+        ctx.log(json!({"event": "egress_decision", "decision": "deny", "reason": reason}));
+        refusal(status, reason)
+    };
+    if !ctx.counters.admit(limits.max_requests_per_second) {
+        let mut r = deny(&ctx, StatusCode::TOO_MANY_REQUESTS, "rate_limited");
         r.headers_mut()
             .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
         return r;
     }
     if ctx.counters.total_bytes() >= limits.max_bytes_per_sandbox {
-        ctx.counters.denied.fetch_add(1, Ordering::Relaxed);
-        return refusal(StatusCode::TOO_MANY_REQUESTS, "sandbox_byte_cap");
+        return deny(&ctx, StatusCode::TOO_MANY_REQUESTS, "sandbox_byte_cap");
     }
     if matches!(req.method().as_str(), "TRACE" | "TRACK") {
-        ctx.counters.denied.fetch_add(1, Ordering::Relaxed);
-        return refusal(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed");
+        return deny(&ctx, StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed");
     }
     match classify_request(&req, &ctx.self_authority) {
         Target::Connect(raw) => connect(req, raw, ctx).await,

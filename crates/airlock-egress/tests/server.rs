@@ -116,7 +116,13 @@ fn net_7_slow_client_is_cut_and_others_are_served() {
 
 #[test]
 fn net_7_flood_gets_429_and_other_sandboxes_keep_working() {
-    let e = egress(POLICY);
+    let log = Arc::new(MemoryLog::default());
+    let e = Egress::new(
+        Policy::from_toml(POLICY, &EnvAndFiles),
+        Arc::new(ScriptedResolver::new()),
+        log.clone(),
+    )
+    .unwrap();
     let (flooded, port_a) = listen(&e, "a");
     let (_calm, port_b) = listen(&e, "b");
     let mut codes = Vec::new();
@@ -137,6 +143,13 @@ fn net_7_flood_gets_429_and_other_sandboxes_keep_working() {
     let (code, head) = status_of(port_b, b"CONNECT 127.0.0.1:9 HTTP/1.1\r\nHost: x\r\n\r\n");
     assert_eq!(code, 403, "{head}");
     assert!(flooded.summary().denied >= 30);
+    // Rate-limit refusals are logged like every other decision.
+    let limited_lines = log
+        .lines()
+        .iter()
+        .filter(|l| l["reason"] == "rate_limited")
+        .count();
+    assert_eq!(limited_lines, limited.len());
 }
 
 #[test]
