@@ -729,6 +729,17 @@ impl Store {
             .bind(&excluded)
             .fetch_optional(&mut *tx)
             .await?;
+        self.finish_claim(tx, row, owner).await
+    }
+
+    /// Completes a claim inside its transaction: the audit event commits
+    /// with the state change, and the new fencing token is returned.
+    async fn finish_claim(
+        &self,
+        mut tx: sqlx::Transaction<'_, sqlx::Any>,
+        row: Option<AnyRow>,
+        owner: &str,
+    ) -> Result<Option<Claim>> {
         let Some(row) = row else {
             tx.rollback().await?;
             return Ok(None);
@@ -737,7 +748,8 @@ impl Store {
         self.audit_in(
             &mut tx,
             &run.workspace_id,
-            AuditRecord::system("run.claimed", Some(&run.id)).with_metadata(serde_json::json!({"owner": owner, "token": run.fencing_token, "attempt": run.attempt})),
+            AuditRecord::system("run.claimed", Some(&run.id))
+                .with_metadata(serde_json::json!({"owner": owner, "token": run.fencing_token, "attempt": run.attempt})),
         )
         .await?;
         tx.commit().await?;
@@ -757,7 +769,9 @@ impl Store {
         let expires = now + i64::try_from(lease.as_millis()).unwrap_or(i64::MAX / 2);
         let mut tx = self.pool.begin().await?;
         let row = sqlx::query(&format!(
-            "UPDATE runs SET state = 'running', lease_owner = $1, lease_expires_at = $2,              fencing_token = fencing_token + 1, attempt = attempt + 1, started_at = COALESCE(started_at, $3)              WHERE id = $4 AND state = 'queued' AND cancel_requested = 0 RETURNING {RUN_COLUMNS}"
+            "UPDATE runs SET state = 'running', lease_owner = $1, lease_expires_at = $2, \
+             fencing_token = fencing_token + 1, attempt = attempt + 1, started_at = COALESCE(started_at, $3) \
+             WHERE id = $4 AND state = 'queued' AND cancel_requested = 0 RETURNING {RUN_COLUMNS}"
         ))
         .bind(owner)
         .bind(expires)
@@ -765,20 +779,7 @@ impl Store {
         .bind(run_id)
         .fetch_optional(&mut *tx)
         .await?;
-        let Some(row) = row else {
-            tx.rollback().await?;
-            return Ok(None);
-        };
-        let run = run_from_row(&row)?;
-        self.audit_in(
-            &mut tx,
-            &run.workspace_id,
-            AuditRecord::system("run.claimed", Some(&run.id)).with_metadata(serde_json::json!({"owner": owner, "token": run.fencing_token, "attempt": run.attempt})),
-        )
-        .await?;
-        tx.commit().await?;
-        let token = run.fencing_token;
-        Ok(Some(Claim { run, token }))
+        self.finish_claim(tx, row, owner).await
     }
 
     /// Lease owners of running runs whose owner starts with `owner_prefix`.
