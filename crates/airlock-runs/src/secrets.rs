@@ -148,6 +148,11 @@ impl Secrets {
         actor: &str,
     ) -> Result<u64, SecretError> {
         let name = name(secret)?;
+        if value.is_empty() {
+            return Err(SecretError::Invalid(
+                "a secret value may not be empty".into(),
+            ));
+        }
         let value = SecretValue::parse(value).map_err(|e| SecretError::Invalid(e.to_string()))?;
         let vault = self.vault()?;
         let stored = self

@@ -889,3 +889,48 @@ fn dur_5_full_disk_while_publishing_fails_the_run_and_leaves_nothing_half_writte
     let (v, _, err) = env.run_json(&["big"]);
     assert_eq!(state(&v), "succeeded", "{v} {err}");
 }
+
+#[test]
+fn key_4_secrets_over_http_are_write_only() {
+    let env = Env::new();
+    let server = Server::start(&env, &[]);
+    let (c, v) = server.json(
+        "PUT",
+        "/v1/secrets/HTTP_TOKEN",
+        Some(r#"{"value": "http-secret-value-0987"}"#),
+        &[],
+    );
+    assert_eq!(c, 200, "{v}");
+    assert_eq!(v["version"], 1);
+    let (c, body) = server.get("/v1/secrets");
+    assert_eq!(c, 200);
+    assert!(
+        body.contains("HTTP_TOKEN") && !body.contains("http-secret-value-0987"),
+        "{body}"
+    );
+    for (name, value, want) in [
+        ("lowercase", "v-1234567890", 422),
+        ("AIRLOCK_X", "v-1234567890", 422),
+        ("GOOD", "", 422),
+    ] {
+        let (c, v) = server.json(
+            "PUT",
+            &format!("/v1/secrets/{name}"),
+            Some(&format!(r#"{{"value": "{value}"}}"#)),
+            &[],
+        );
+        assert_eq!(c, want, "{name}: {v}");
+        assert!(v["error"]["code"].is_string());
+    }
+    let (c, _) = server.json(
+        "PUT",
+        "/v1/secrets/GOOD",
+        Some(r#"{"value": "x", "extra": 1}"#),
+        &[],
+    );
+    assert_eq!(c, 400);
+    let (c, _) = server.request("DELETE", "/v1/secrets/HTTP_TOKEN", None, &[]);
+    assert_eq!(c, 204);
+    let (c, _) = server.request("DELETE", "/v1/secrets/HTTP_TOKEN", None, &[]);
+    assert_eq!(c, 404);
+}
