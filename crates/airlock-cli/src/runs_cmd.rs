@@ -556,10 +556,15 @@ pub fn worker(cmd: &WorkerCommand) -> ExitCode {
 pub enum AuditCommand {
     /// Verify every workspace's hash chain; names the first bad sequence number.
     Verify,
+    /// Write a workspace's events as JSON Lines, verifiable with the
+    /// published algorithm (`crates/airlock-audit/verify_export.py`).
+    Export {
+        #[arg(long, default_value = DEFAULT_WORKSPACE)]
+        workspace: String,
+    },
 }
 
 pub fn audit(paths: &Paths, cmd: &AuditCommand) -> ExitCode {
-    let AuditCommand::Verify = cmd;
     let rt = match runtime() {
         Ok(r) => r,
         Err(e) => return err(e),
@@ -569,6 +574,19 @@ pub fn audit(paths: &Paths, cmd: &AuditCommand) -> ExitCode {
             Ok(s) => s,
             Err(e) => return err(format!("cannot open the database: {e}")),
         };
+        if let AuditCommand::Export { workspace } = cmd {
+            let lines = match store.audit_lines(workspace).await {
+                Ok(l) => l,
+                Err(e) => return err(e),
+            };
+            let mut out = std::io::stdout().lock();
+            for l in lines {
+                if writeln!(out, "{l}").is_err() {
+                    return err("cannot write the export");
+                }
+            }
+            return ExitCode::SUCCESS;
+        }
         let workspaces = match store.audit_workspaces().await {
             Ok(w) => w,
             Err(e) => return err(e),

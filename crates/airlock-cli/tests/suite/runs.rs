@@ -934,3 +934,47 @@ fn key_4_secrets_over_http_are_write_only() {
     let (c, _) = server.request("DELETE", "/v1/secrets/HTTP_TOKEN", None, &[]);
     assert_eq!(c, 404);
 }
+
+#[test]
+fn aud_4_export_verifies_with_the_published_external_script() {
+    let env = Env::new();
+    env.sh_worker("quick", "", "echo '{}' > /airlock/output/result.json\n");
+    for _ in 0..2 {
+        assert_eq!(state(&env.run_json(&["quick"]).0), "succeeded");
+    }
+    let out = env.cmd().args(["audit", "export"]).output().unwrap();
+    assert!(out.status.success());
+    let export = env.data.join("export.jsonl");
+    std::fs::write(&export, &out.stdout).unwrap();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../airlock-audit/verify_export.py");
+    let ok = Command::new("/usr/bin/python3")
+        .arg(&script)
+        .arg(&export)
+        .output()
+        .unwrap();
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stdout)
+    );
+    assert!(
+        String::from_utf8_lossy(&ok.stdout).starts_with("ok 6 events"),
+        "{}",
+        String::from_utf8_lossy(&ok.stdout)
+    );
+    // Positive control: an edited export is caught by the same script.
+    let tampered = String::from_utf8_lossy(&out.stdout).replacen("run.claimed", "run.claimeD", 1);
+    std::fs::write(&export, tampered).unwrap();
+    let bad = Command::new("/usr/bin/python3")
+        .arg(&script)
+        .arg(&export)
+        .output()
+        .unwrap();
+    assert_eq!(
+        bad.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&bad.stdout)
+    );
+    assert!(String::from_utf8_lossy(&bad.stdout).starts_with("bad seq 2"));
+}
