@@ -127,6 +127,8 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/runs/{id}/cancel", post(cancel_run))
         .route("/v1/runs/{id}/events", get(run_events))
         .route("/v1/runs/{id}/artifacts/{*name}", get(artifact))
+        .route("/v1/plans", post(create_plan))
+        .route("/v1/plans/run", post(run_plan))
         .route("/v1/secrets", get(list_secrets))
         .route(
             "/v1/secrets/{name}",
@@ -437,4 +439,57 @@ async fn delete_secret(
         true => Ok(StatusCode::NO_CONTENT),
         false => Err(ApiError::not_found()),
     }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PlanBody {
+    worker: String,
+    #[serde(default)]
+    input: serde_json::Value,
+    #[serde(default)]
+    ttl_s: Option<u64>,
+}
+
+/// DUR-3: an opaque, single-use, expiring token for a stored plan.
+async fn create_plan(
+    State(s): State<AppState>,
+    body: Result<Json<PlanBody>, axum::extract::rejection::JsonRejection>,
+) -> Result<Response, ApiError> {
+    let Json(body) =
+        body.map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "invalid_body", e.body_text()))?;
+    let input = if body.input.is_null() {
+        json!({})
+    } else {
+        body.input
+    };
+    let ttl = Duration::from_secs(body.ttl_s.unwrap_or(900).clamp(1, 7 * 86_400));
+    let (token, plan) = s
+        .service
+        .plan(DEFAULT_WORKSPACE, &body.worker, &input, ttl)
+        .await?;
+    Ok((
+        StatusCode::CREATED,
+        Json(json!({"token": token, "plan": plan})),
+    )
+        .into_response())
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RunPlanBody {
+    token: String,
+}
+
+async fn run_plan(
+    State(s): State<AppState>,
+    body: Result<Json<RunPlanBody>, axum::extract::rejection::JsonRejection>,
+) -> Result<Response, ApiError> {
+    let Json(body) =
+        body.map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "invalid_body", e.body_text()))?;
+    let created = s
+        .service
+        .run_plan(DEFAULT_WORKSPACE, &body.token, "local")
+        .await?;
+    Ok((StatusCode::CREATED, Json(json!({"run": created.run}))).into_response())
 }

@@ -978,3 +978,40 @@ fn aud_4_export_verifies_with_the_published_external_script() {
     );
     assert!(String::from_utf8_lossy(&bad.stdout).starts_with("bad seq 2"));
 }
+
+#[test]
+fn dur_3_plans_over_http_run_once() {
+    let env = Env::new();
+    env.sh_worker(
+        "planned",
+        "[inputs.n]\ntype = \"number\"\n",
+        "echo '{}' > /airlock/output/result.json\n",
+    );
+    let server = Server::start(&env, &[]);
+    let (c, v) = server.json(
+        "POST",
+        "/v1/plans",
+        Some(r#"{"worker": "planned", "input": {"n": 3}}"#),
+        &[],
+    );
+    assert_eq!(c, 201, "{v}");
+    let token = v["token"].as_str().unwrap().to_string();
+    let body = format!(r#"{{"token": "{token}"}}"#);
+    let (c, v) = server.json("POST", "/v1/plans/run", Some(&body), &[]);
+    assert_eq!(c, 201, "{v}");
+    let id = v["run"]["id"].as_str().unwrap().to_string();
+    assert_eq!(
+        server.wait_state(&id, &["succeeded", "failed"]),
+        "succeeded"
+    );
+    let (c, v) = server.json("POST", "/v1/plans/run", Some(&body), &[]);
+    assert_eq!(c, 409, "a used token is refused: {v}");
+    assert_eq!(v["error"]["code"], "plan_refused");
+    let (c, _) = server.json(
+        "POST",
+        "/v1/plans",
+        Some(r#"{"worker": "planned", "input": {"n": "x"}}"#),
+        &[],
+    );
+    assert_eq!(c, 422);
+}
