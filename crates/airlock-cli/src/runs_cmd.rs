@@ -88,6 +88,21 @@ async fn open(paths: &Paths) -> Result<Arc<Service>, String> {
     Service::open(store, paths.config()).map_err(|e| format!("cannot open the data directory: {e}"))
 }
 
+/// Runs `f` with the service on a fresh runtime: the shape of every
+/// command that works on the local database.
+fn with_service(paths: &Paths, f: impl AsyncFnOnce(Arc<Service>) -> ExitCode) -> ExitCode {
+    let rt = match runtime() {
+        Ok(r) => r,
+        Err(e) => return err(e),
+    };
+    rt.block_on(async move {
+        match open(paths).await {
+            Ok(svc) => f(svc).await,
+            Err(e) => err(e),
+        }
+    })
+}
+
 fn err(msg: impl std::fmt::Display) -> ExitCode {
     eprintln!("airlock: {msg}");
     ExitCode::from(125)
@@ -132,24 +147,22 @@ pub fn up(paths: &Paths, a: &UpArgs) -> ExitCode {
             "airlock up binds loopback only until authentication lands (identity issue); use 127.0.0.1",
         );
     }
-    let rt = match runtime() {
-        Ok(r) => r,
-        Err(e) => return err(e),
-    };
-    rt.block_on(async move {
-        let svc = match open(paths).await {
-            Ok(s) => s,
-            Err(e) => return err(e),
-        };
+    with_service(paths, async |svc| {
         for (path, e) in svc.worker_errors() {
             eprintln!("airlock: skipped worker {}: {e}", path.display());
         }
         // KEY-3: a database restored from an older backup is refused.
         if let Err(e) = svc.secrets().startup_check().await {
-            return err(format!("{}: {e} (after restoring a backup on purpose, run `airlock keys accept-restore`)", e.code()));
+            return err(format!(
+                "{}: {e} (after restoring a backup on purpose, run `airlock keys accept-restore`)",
+                e.code()
+            ));
         }
         match svc.recover_startup().await {
-            Ok(r) if !r.is_empty() => eprintln!("airlock: recovered {} run(s) from a previous start", r.len()),
+            Ok(r) if !r.is_empty() => eprintln!(
+                "airlock: recovered {} run(s) from a previous start",
+                r.len()
+            ),
             Ok(_) => {}
             Err(e) => return err(format!("startup recovery failed: {e}")),
         }
@@ -165,16 +178,23 @@ pub fn up(paths: &Paths, a: &UpArgs) -> ExitCode {
             "{}",
             serde_json::json!({"event": "listening", "address": addr.to_string(), "workers": workers, "database": svc.store().backend()})
         );
-        eprintln!("airlock: serving {workers} worker(s) on http://{addr} (loopback only, no authentication yet)");
-        let app = airlock_api::app(airlock_api::AppState { service: svc.clone() });
+        eprintln!(
+            "airlock: serving {workers} worker(s) on http://{addr} (loopback only, no authentication yet)"
+        );
+        let app = airlock_api::app(airlock_api::AppState {
+            service: svc.clone(),
+        });
         let shutdown = async {
-            let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+            let mut term =
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
             tokio::select! {
                 _ = tokio::signal::ctrl_c() => {}
                 _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending::<()>().await } } => {}
             }
         };
-        let served = axum::serve(listener, app).with_graceful_shutdown(shutdown).await;
+        let served = axum::serve(listener, app)
+            .with_graceful_shutdown(shutdown)
+            .await;
         // SIGTERM drain: stop claiming; running work finishes (DUR-2).
         let _ = stop_tx.send(true);
         let _ = executor.await;
@@ -211,15 +231,7 @@ pub struct RunArgs {
 }
 
 pub fn run(paths: &Paths, a: &RunArgs) -> ExitCode {
-    let rt = match runtime() {
-        Ok(r) => r,
-        Err(e) => return err(e),
-    };
-    rt.block_on(async move {
-        let svc = match open(paths).await {
-            Ok(s) => s,
-            Err(e) => return err(e),
-        };
+    with_service(paths, async |svc| {
         let created = match (&a.plan, &a.worker) {
             (Some(token), _) => svc.run_plan(DEFAULT_WORKSPACE, token, "cli").await,
             (None, Some(worker)) => {
@@ -382,15 +394,7 @@ pub struct PlanArgs {
 }
 
 pub fn plan(paths: &Paths, a: &PlanArgs) -> ExitCode {
-    let rt = match runtime() {
-        Ok(r) => r,
-        Err(e) => return err(e),
-    };
-    rt.block_on(async move {
-        let svc = match open(paths).await {
-            Ok(s) => s,
-            Err(e) => return err(e),
-        };
+    with_service(paths, async |svc| {
         let input = match parse_input(&a.input) {
             Ok(i) => i,
             Err(e) => return err(e),
@@ -442,78 +446,68 @@ pub enum RunsCommand {
 }
 
 pub fn runs(paths: &Paths, cmd: &RunsCommand) -> ExitCode {
-    let rt = match runtime() {
-        Ok(r) => r,
-        Err(e) => return err(e),
-    };
-    rt.block_on(async move {
-        let svc = match open(paths).await {
-            Ok(s) => s,
-            Err(e) => return err(e),
-        };
-        match cmd {
-            RunsCommand::List { state, limit, json } => {
-                let st = match state.as_deref().map(RunState::parse) {
-                    Some(None) => return err("unknown --state"),
-                    Some(s) => s,
-                    None => None,
-                };
-                let runs = match svc
-                    .store()
-                    .list_runs(DEFAULT_WORKSPACE, st, (*limit).clamp(1, 500), None)
-                    .await
-                {
-                    Ok(r) => r,
-                    Err(e) => return err(e),
-                };
-                if *json {
-                    println!("{}", serde_json::json!({"runs": runs}));
-                } else {
-                    for r in runs {
-                        println!(
-                            "{}  {:<12} {:<10} {}",
-                            r.id,
-                            r.worker_id,
-                            r.state.as_str(),
-                            r.error_code.unwrap_or_default()
-                        );
-                    }
+    with_service(paths, async |svc| match cmd {
+        RunsCommand::List { state, limit, json } => {
+            let st = match state.as_deref().map(RunState::parse) {
+                Some(None) => return err("unknown --state"),
+                Some(s) => s,
+                None => None,
+            };
+            let runs = match svc
+                .store()
+                .list_runs(DEFAULT_WORKSPACE, st, (*limit).clamp(1, 500), None)
+                .await
+            {
+                Ok(r) => r,
+                Err(e) => return err(e),
+            };
+            if *json {
+                println!("{}", serde_json::json!({"runs": runs}));
+            } else {
+                for r in runs {
+                    println!(
+                        "{}  {:<12} {:<10} {}",
+                        r.id,
+                        r.worker_id,
+                        r.state.as_str(),
+                        r.error_code.unwrap_or_default()
+                    );
                 }
-                ExitCode::SUCCESS
             }
-            RunsCommand::Get { id, json } => match svc.get(DEFAULT_WORKSPACE, id).await {
-                Ok(r) => {
-                    print_run(&svc, &r, *json).await;
-                    ExitCode::SUCCESS
-                }
-                Err(e) => err(e),
-            },
-            RunsCommand::Logs { id, follow: f } => {
-                if svc.get(DEFAULT_WORKSPACE, id).await.is_err() {
-                    return err("not found");
-                }
-                if *f {
-                    follow(svc.clone(), id.clone()).await;
-                } else {
-                    let events = svc
-                        .store()
-                        .events(DEFAULT_WORKSPACE, id, 0, 10_000)
-                        .await
-                        .unwrap_or_default();
-                    for e in events.iter().filter(|e| e.kind == "log") {
-                        print!("{}", e.data["text"].as_str().unwrap_or(""));
-                    }
-                }
-                ExitCode::SUCCESS
-            }
-            RunsCommand::Cancel { id } => match svc.cancel(DEFAULT_WORKSPACE, id, "cli").await {
-                Ok(state) => {
-                    println!("{id} {}", state.as_str());
-                    ExitCode::SUCCESS
-                }
-                Err(e) => err(e),
-            },
+            ExitCode::SUCCESS
         }
+        RunsCommand::Get { id, json } => match svc.get(DEFAULT_WORKSPACE, id).await {
+            Ok(r) => {
+                print_run(&svc, &r, *json).await;
+                ExitCode::SUCCESS
+            }
+            Err(e) => err(e),
+        },
+        RunsCommand::Logs { id, follow: f } => {
+            if svc.get(DEFAULT_WORKSPACE, id).await.is_err() {
+                return err("not found");
+            }
+            if *f {
+                follow(svc.clone(), id.clone()).await;
+            } else {
+                let events = svc
+                    .store()
+                    .events(DEFAULT_WORKSPACE, id, 0, 10_000)
+                    .await
+                    .unwrap_or_default();
+                for e in events.iter().filter(|e| e.kind == "log") {
+                    print!("{}", e.data["text"].as_str().unwrap_or(""));
+                }
+            }
+            ExitCode::SUCCESS
+        }
+        RunsCommand::Cancel { id } => match svc.cancel(DEFAULT_WORKSPACE, id, "cli").await {
+            Ok(state) => {
+                println!("{id} {}", state.as_str());
+                ExitCode::SUCCESS
+            }
+            Err(e) => err(e),
+        },
     })
 }
 
@@ -643,66 +637,56 @@ pub enum SecretsCommand {
 }
 
 pub fn secrets(paths: &Paths, cmd: &SecretsCommand) -> ExitCode {
-    let rt = match runtime() {
-        Ok(r) => r,
-        Err(e) => return err(e),
-    };
-    rt.block_on(async move {
-        let svc = match open(paths).await {
-            Ok(s) => s,
-            Err(e) => return err(e),
-        };
-        match cmd {
-            SecretsCommand::Set { name } => {
-                let mut value = Vec::new();
-                if let Err(e) =
-                    std::io::Read::read_to_end(&mut std::io::stdin().take(33 * 1024), &mut value)
-                {
-                    return err(format!("cannot read the value from stdin: {e}"));
-                }
-                if value.last() == Some(&b'\n') {
-                    value.pop();
-                }
-                match svc
-                    .secrets()
-                    .set(DEFAULT_WORKSPACE, name, value, "cli")
-                    .await
-                {
-                    Ok(v) => {
-                        println!("{name} version {v}");
-                        ExitCode::SUCCESS
-                    }
-                    Err(e) => err(format!("{}: {e}", e.code())),
-                }
+    with_service(paths, async |svc| match cmd {
+        SecretsCommand::Set { name } => {
+            let mut value = Vec::new();
+            if let Err(e) =
+                std::io::Read::read_to_end(&mut std::io::stdin().take(33 * 1024), &mut value)
+            {
+                return err(format!("cannot read the value from stdin: {e}"));
             }
-            SecretsCommand::List { json } => match svc
+            if value.last() == Some(&b'\n') {
+                value.pop();
+            }
+            match svc
                 .secrets()
-                .list(DEFAULT_WORKSPACE, &svc.declared_secrets())
+                .set(DEFAULT_WORKSPACE, name, value, "cli")
                 .await
             {
-                Ok(list) => {
-                    if *json {
-                        println!("{}", serde_json::json!({"secrets": list}));
-                    } else {
-                        for s in list {
-                            println!(
-                                "{:<32} v{:<4} used by: {}",
-                                s.name,
-                                s.version,
-                                s.used_by.join(", ")
-                            );
-                        }
-                    }
+                Ok(v) => {
+                    println!("{name} version {v}");
                     ExitCode::SUCCESS
                 }
                 Err(e) => err(format!("{}: {e}", e.code())),
-            },
-            SecretsCommand::Rm { name } => {
-                match svc.secrets().remove(DEFAULT_WORKSPACE, name, "cli").await {
-                    Ok(true) => ExitCode::SUCCESS,
-                    Ok(false) => err(format!("no secret named {name}")),
-                    Err(e) => err(format!("{}: {e}", e.code())),
+            }
+        }
+        SecretsCommand::List { json } => match svc
+            .secrets()
+            .list(DEFAULT_WORKSPACE, &svc.declared_secrets())
+            .await
+        {
+            Ok(list) => {
+                if *json {
+                    println!("{}", serde_json::json!({"secrets": list}));
+                } else {
+                    for s in list {
+                        println!(
+                            "{:<32} v{:<4} used by: {}",
+                            s.name,
+                            s.version,
+                            s.used_by.join(", ")
+                        );
+                    }
                 }
+                ExitCode::SUCCESS
+            }
+            Err(e) => err(format!("{}: {e}", e.code())),
+        },
+        SecretsCommand::Rm { name } => {
+            match svc.secrets().remove(DEFAULT_WORKSPACE, name, "cli").await {
+                Ok(true) => ExitCode::SUCCESS,
+                Ok(false) => err(format!("no secret named {name}")),
+                Err(e) => err(format!("{}: {e}", e.code())),
             }
         }
     })
@@ -725,61 +709,51 @@ pub enum KeysCommand {
 }
 
 pub fn keys(paths: &Paths, cmd: &KeysCommand) -> ExitCode {
-    let rt = match runtime() {
-        Ok(r) => r,
-        Err(e) => return err(e),
-    };
-    rt.block_on(async move {
-        let svc = match open(paths).await {
-            Ok(s) => s,
-            Err(e) => return err(e),
-        };
-        match cmd {
-            KeysCommand::Rotate => match svc.secrets().rotate() {
-                Ok(v) => {
-                    println!("kek version {v} is current");
-                    ExitCode::SUCCESS
-                }
-                Err(e) => err(e),
-            },
-            KeysCommand::Rewrap => {
-                let tty = std::io::IsTerminal::is_terminal(&std::io::stderr());
-                match svc
-                    .secrets()
-                    .rewrap_all(|done, total| {
-                        if tty {
-                            eprint!("\rrewrapped {done}/{total}");
-                        }
-                    })
-                    .await
-                {
-                    Ok((done, _)) => {
-                        if tty {
-                            eprintln!();
-                        }
-                        println!(
-                            "rewrapped {done} data key(s) to kek version {}",
-                            svc.secrets().current_kek_version().unwrap_or(0)
-                        );
-                        ExitCode::SUCCESS
-                    }
-                    Err(e) => err(format!("{}: {e}", e.code())),
-                }
+    with_service(paths, async |svc| match cmd {
+        KeysCommand::Rotate => match svc.secrets().rotate() {
+            Ok(v) => {
+                println!("kek version {v} is current");
+                ExitCode::SUCCESS
             }
-            KeysCommand::Retire { kek_version } => match svc.secrets().retire(*kek_version) {
-                Ok(()) => {
-                    println!("kek version {kek_version} retired");
+            Err(e) => err(e),
+        },
+        KeysCommand::Rewrap => {
+            let tty = std::io::IsTerminal::is_terminal(&std::io::stderr());
+            match svc
+                .secrets()
+                .rewrap_all(|done, total| {
+                    if tty {
+                        eprint!("\rrewrapped {done}/{total}");
+                    }
+                })
+                .await
+            {
+                Ok((done, _)) => {
+                    if tty {
+                        eprintln!();
+                    }
+                    println!(
+                        "rewrapped {done} data key(s) to kek version {}",
+                        svc.secrets().current_kek_version().unwrap_or(0)
+                    );
                     ExitCode::SUCCESS
                 }
                 Err(e) => err(format!("{}: {e}", e.code())),
-            },
-            KeysCommand::AcceptRestore => match svc.secrets().accept_restore().await {
-                Ok(n) => {
-                    println!("high-water marks reset ({n} change(s)); audited");
-                    ExitCode::SUCCESS
-                }
-                Err(e) => err(format!("{}: {e}", e.code())),
-            },
+            }
         }
+        KeysCommand::Retire { kek_version } => match svc.secrets().retire(*kek_version) {
+            Ok(()) => {
+                println!("kek version {kek_version} retired");
+                ExitCode::SUCCESS
+            }
+            Err(e) => err(format!("{}: {e}", e.code())),
+        },
+        KeysCommand::AcceptRestore => match svc.secrets().accept_restore().await {
+            Ok(n) => {
+                println!("high-water marks reset ({n} change(s)); audited");
+                ExitCode::SUCCESS
+            }
+            Err(e) => err(format!("{}: {e}", e.code())),
+        },
     })
 }

@@ -20,7 +20,7 @@
 use std::ffi::CString;
 use std::fs::{self, File};
 use std::io::{Read, Write};
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt, symlink};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI32, Ordering};
@@ -1205,9 +1205,4 @@ fn kill_descendants() {
         }
         std::thread::yield_now();
     }
-}
-
-#[allow(dead_code)]
-fn raw(fd: &OwnedFd) -> RawFd {
-    fd.as_raw_fd()
 }

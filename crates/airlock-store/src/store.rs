@@ -805,18 +805,6 @@ impl Store {
         Ok(())
     }
 
-    /// Expires every lease held by `owner_prefix`.
-    pub async fn expire_leases_of(&self, owner_prefix: &str) -> Result<u64> {
-        let n = sqlx::query(
-            "UPDATE runs SET lease_expires_at = 0 WHERE state = 'running' AND substr(lease_owner, 1, length($1)) = $1",
-        )
-        .bind(owner_prefix)
-            .execute(&self.pool)
-            .await?
-            .rows_affected();
-        Ok(n)
-    }
-
     fn stale(affected: u64) -> Result<()> {
         if affected == 0 {
             Err(StoreError::StaleToken)
@@ -1008,45 +996,6 @@ impl Store {
         .await?;
         tx.commit().await?;
         Ok(())
-    }
-
-    /// Moves a queued run straight to a terminal state (e.g. `blocked`
-    /// before anything executes), with its audit event.
-    pub async fn settle_queued(
-        &self,
-        workspace: &str,
-        run_id: &str,
-        state: RunState,
-        code: &str,
-        message: &str,
-    ) -> Result<bool> {
-        let mut tx = self.pool.begin().await?;
-        let n = sqlx::query(
-            "UPDATE runs SET state = $1, finished_at = $2, error_code = $3, error_message = $4 WHERE workspace_id = $5 AND id = $6 AND state IN ('queued', 'running')",
-        )
-        .bind(state.as_str())
-        .bind(now_ms())
-        .bind(code)
-        .bind(message)
-        .bind(workspace)
-        .bind(run_id)
-        .execute(&mut *tx)
-        .await?
-        .rows_affected();
-        if n == 0 {
-            tx.rollback().await?;
-            return Ok(false);
-        }
-        self.audit_in(
-            &mut tx,
-            workspace,
-            AuditRecord::system("run.settled", Some(run_id))
-                .with_result(state.as_str())
-                .with_metadata(serde_json::json!({"code": code})),
-        )
-        .await?;
-        tx.commit().await?;
-        Ok(true)
     }
 
     /// RUN-5: idempotent cancel. A queued run becomes `cancelled` at once

@@ -1,6 +1,7 @@
 //! The run spine end to end (RUN-1 … RUN-7, DUR-1 … DUR-5, API-8, AUD-1 …
 //! AUD-3): the real binary, a real SQLite database, real sandboxes.
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -10,14 +11,14 @@ use serde_json::Value;
 use crate::suite::support::*;
 
 /// A data dir and a workers dir for one test.
-struct Env {
+pub(crate) struct Env {
     _root: tempfile::TempDir,
-    data: PathBuf,
-    workers: PathBuf,
+    pub(crate) data: PathBuf,
+    pub(crate) workers: PathBuf,
 }
 
 impl Env {
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         let root = workdir(Who::Invoker);
         let data = root.path().join("data");
         let workers = root.path().join("workers");
@@ -28,7 +29,7 @@ impl Env {
             _root: root,
         }
     }
-    fn with_examples() -> Self {
+    pub(crate) fn with_examples() -> Self {
         let env = Self::new();
         let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../workers");
         for e in std::fs::read_dir(&examples).unwrap().flatten() {
@@ -40,14 +41,14 @@ impl Env {
         }
         env
     }
-    fn cmd(&self) -> Command {
+    pub(crate) fn cmd(&self) -> Command {
         let mut c = airlock(Who::Invoker);
         c.env("AIRLOCK_DATA_DIR", &self.data)
             .env("AIRLOCK_WORKERS_DIR", &self.workers);
         c
     }
     /// A `sh` worker with `script` as its entry.
-    fn sh_worker(&self, id: &str, extra_toml: &str, script: &str) {
+    pub(crate) fn sh_worker(&self, id: &str, extra_toml: &str, script: &str) {
         let dir = self.workers.join(id);
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(
@@ -57,7 +58,7 @@ impl Env {
         .unwrap();
         std::fs::write(dir.join("run.sh"), script).unwrap();
     }
-    fn run_json(&self, args: &[&str]) -> (Value, i32, String) {
+    pub(crate) fn run_json(&self, args: &[&str]) -> (Value, i32, String) {
         let out = self
             .cmd()
             .arg("run")
@@ -68,6 +69,46 @@ impl Env {
         let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
         let v = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
         (v, out.status.code().unwrap_or(-1), stderr)
+    }
+    pub(crate) fn set(&self, name: &str, value: &[u8]) -> (i32, String) {
+        let mut child = self
+            .cmd()
+            .args(["secrets", "set", name])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // A refused (oversized) value may be cut off mid-write: that is the point.
+        let _ = child.stdin.take().unwrap().write_all(value);
+        let out = child.wait_with_output().unwrap();
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+    pub(crate) fn run(&self, id: &str) -> Value {
+        let out = self.cmd().args(["run", id, "--json"]).output().unwrap();
+        serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&out.stderr).into_owned()))
+    }
+    /// Every byte the platform stored: database files and artifact blobs.
+    pub(crate) fn stored_bytes(&self) -> Vec<u8> {
+        let mut all = Vec::new();
+        let mut stack = vec![self.data.clone()];
+        while let Some(d) = stack.pop() {
+            for e in std::fs::read_dir(&d).unwrap().flatten() {
+                let p = e.path();
+                if p.is_dir() {
+                    if !p.ends_with("keys") {
+                        stack.push(p);
+                    }
+                } else {
+                    all.extend(std::fs::read(&p).unwrap_or_default());
+                }
+            }
+        }
+        all
     }
 }
 

@@ -2,91 +2,14 @@
 //! exactly the runs that declare them, and leave no trace in the database,
 //! the artifact store or the run record.
 
-use std::io::Write;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use serde_json::Value;
 
-use crate::suite::support::*;
+use crate::suite::runs::Env;
 
 const VALUE: &str = "tok-5e3c1a9d7b2f4e6a8c0d";
-
-struct Env {
-    _root: tempfile::TempDir,
-    data: std::path::PathBuf,
-    workers: std::path::PathBuf,
-}
-
-impl Env {
-    fn new() -> Self {
-        let root = workdir(Who::Invoker);
-        let data = root.path().join("data");
-        let workers = root.path().join("workers");
-        std::fs::create_dir_all(&workers).unwrap();
-        Self {
-            data,
-            workers,
-            _root: root,
-        }
-    }
-    fn cmd(&self) -> Command {
-        let mut c = airlock(Who::Invoker);
-        c.env("AIRLOCK_DATA_DIR", &self.data)
-            .env("AIRLOCK_WORKERS_DIR", &self.workers);
-        c
-    }
-    fn worker(&self, id: &str, toml: &str, script: &str) {
-        let dir = self.workers.join(id);
-        std::fs::create_dir_all(&dir).unwrap();
-        std::fs::write(
-            dir.join("worker.toml"),
-            format!("[worker]\nid = \"{id}\"\ntitle = \"{id}\"\ndescription = \"t\"\nkind = \"script\"\nentry = \"run.sh\"\nruntime = \"sh\"\n{toml}\n"),
-        )
-        .unwrap();
-        std::fs::write(dir.join("run.sh"), script).unwrap();
-    }
-    fn set(&self, name: &str, value: &[u8]) -> (i32, String) {
-        let mut child = self
-            .cmd()
-            .args(["secrets", "set", name])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        // A refused (oversized) value may be cut off mid-write: that is the point.
-        let _ = child.stdin.take().unwrap().write_all(value);
-        let out = child.wait_with_output().unwrap();
-        (
-            out.status.code().unwrap_or(-1),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    }
-    fn run(&self, id: &str) -> Value {
-        let out = self.cmd().args(["run", id, "--json"]).output().unwrap();
-        serde_json::from_slice(&out.stdout)
-            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&out.stderr).into_owned()))
-    }
-    /// Every byte the platform stored: database files and artifact blobs.
-    fn stored_bytes(&self) -> Vec<u8> {
-        let mut all = Vec::new();
-        let mut stack = vec![self.data.clone()];
-        while let Some(d) = stack.pop() {
-            for e in std::fs::read_dir(&d).unwrap().flatten() {
-                let p = e.path();
-                if p.is_dir() {
-                    if !p.ends_with("keys") {
-                        stack.push(p);
-                    }
-                } else {
-                    all.extend(std::fs::read(&p).unwrap_or_default());
-                }
-            }
-        }
-        all
-    }
-}
 
 fn contains(hay: &[u8], needle: &[u8]) -> bool {
     hay.windows(needle.len()).any(|w| w == needle)
@@ -97,7 +20,7 @@ const LEAKY: &str = "t=$(cat /run/secrets/API_TOKEN)\necho \"stdout $t\"\necho \
 #[test]
 fn key_6_a_secret_printed_everywhere_is_stored_nowhere() {
     let env = Env::new();
-    env.worker("leaky", "[secrets]\nnames = [\"API_TOKEN\"]\n[outputs.echo]\ntype = \"string\"\n[outputs.digest]\ntype = \"string\"\n", LEAKY);
+    env.sh_worker("leaky", "[secrets]\nnames = [\"API_TOKEN\"]\n[outputs.echo]\ntype = \"string\"\n[outputs.digest]\ntype = \"string\"\n", LEAKY);
     assert_eq!(env.set("API_TOKEN", VALUE.as_bytes()).0, 0);
     let v = env.run("leaky");
     assert_eq!(v["run"]["state"], "failed", "{v}");
@@ -151,7 +74,7 @@ fn key_6_a_secret_printed_everywhere_is_stored_nowhere() {
 #[test]
 fn key_5_a_declared_but_unset_secret_blocks_the_run_naming_it() {
     let env = Env::new();
-    env.worker(
+    env.sh_worker(
         "needs",
         "[secrets]\nnames = [\"MISSING_ONE\"]\n",
         "echo '{}' > /airlock/output/result.json\n",
@@ -176,7 +99,7 @@ fn key_5_env_delivery_and_undeclared_secrets_are_absent() {
     let env = Env::new();
     assert_eq!(env.set("DECLARED_ONE", b"declared-value-42").0, 0);
     assert_eq!(env.set("OTHER_ONE", b"other-value-4242").0, 0);
-    env.worker(
+    env.sh_worker(
         "envy",
         "[secrets]\nnames = [\"DECLARED_ONE\"]\ndelivery = \"env\"\n[outputs.ok]\ntype = \"boolean\"\n",
         "[ \"$DECLARED_ONE\" = declared-value-42 ] && [ -z \"${OTHER_ONE:-}\" ] && [ ! -e /run/secrets ] && echo '{\"ok\": true}' > /airlock/output/result.json\n",
@@ -242,7 +165,7 @@ fn sqlite_get(db: &Path, sql: &str) -> String {
 #[test]
 fn key_3_rolled_back_secret_rows_are_refused() {
     let env = Env::new();
-    env.worker(
+    env.sh_worker(
         "reader",
         "[secrets]\nnames = [\"ROTATING\"]\n",
         "echo '{}' > /airlock/output/result.json\n",
@@ -365,7 +288,7 @@ fn key_1_loose_key_directory_permissions_are_refused_and_the_kek_is_stored_nowhe
         "{}",
         String::from_utf8_lossy(&retired.stderr)
     );
-    env.worker("reads", "[secrets]\nnames = [\"SOME_SECRET\"]\n", "[ \"$(cat /run/secrets/SOME_SECRET)\" = secret-value-987654 ] && echo '{}' > /airlock/output/result.json\n");
+    env.sh_worker("reads", "[secrets]\nnames = [\"SOME_SECRET\"]\n", "[ \"$(cat /run/secrets/SOME_SECRET)\" = secret-value-987654 ] && echo '{}' > /airlock/output/result.json\n");
     assert_eq!(env.run("reads")["run"]["state"], "succeeded");
     // A key directory anyone can read is refused.
     std::fs::set_permissions(
@@ -386,7 +309,7 @@ fn key_1_loose_key_directory_permissions_are_refused_and_the_kek_is_stored_nowhe
 fn key_6_a_low_entropy_secret_is_named_in_a_warning_never_shown() {
     let env = Env::new();
     assert_eq!(env.set("WEAK_ONE", b"aaaa").0, 0);
-    env.worker(
+    env.sh_worker(
         "weak",
         "[secrets]\nnames = [\"WEAK_ONE\"]\n",
         "echo '{}' > /airlock/output/result.json\n",
@@ -418,7 +341,7 @@ fn key_5_channel_credentials_come_from_the_vault_and_are_never_delivered() {
     )
     .unwrap();
     assert_eq!(env.set("MODEL_KEY", VALUE.as_bytes()).0, 0);
-    env.worker(
+    env.sh_worker(
         "caller",
         "[egress]\nchannels = [\"model\"]\n[outputs.status]\ntype = \"number\"\n",
         "python3 -c \"import os,json,urllib.request as u; r=u.urlopen(u.Request(os.environ['AIRLOCK_CHANNEL_MODEL_URL']+'/v1/chat/completions', data=b'{}', method='POST')); json.dump({'status': r.status}, open('/airlock/output/result.json','w'))\"\n",
@@ -441,7 +364,7 @@ fn key_5_channel_credentials_come_from_the_vault_and_are_never_delivered() {
         Some(format!("Bearer {VALUE}").as_str())
     );
     // A manifest cannot have the channel's credential delivered to its sandbox.
-    env.worker(
+    env.sh_worker(
         "grabber",
         "[secrets]\nnames = [\"MODEL_KEY\"]\n",
         "cat /run/secrets/MODEL_KEY\n",
