@@ -1,5 +1,6 @@
 //! The store (DUR-1, DUR-3, API-8, AUD-1 … AUD-3): runs and their events,
-//! artifacts, idempotency keys, plans and the audit chain, behind one type
+//! artifacts, idempotency keys, plans, the audit chain, vault records and
+//! identity (users, memberships, sessions, API keys, MFA), behind one type
 //! with two backends — embedded SQLite (WAL) and PostgreSQL — and one
 //! conformance suite (`tests/conformance.rs`) that runs against both.
 //!
@@ -13,8 +14,10 @@
 //! Where the backends differ (claiming with `FOR UPDATE SKIP LOCKED`,
 //! per-workspace audit serialisation, migrations) the code says so.
 
+mod identity;
 mod ids;
 mod store;
 
+pub use identity::*;
 pub use ids::{hex, random_id, sha256_hex};
 pub use store::*;

@@ -33,6 +33,8 @@ pub enum StoreError {
     Plan(&'static str),
     #[error("audit: {0}")]
     Audit(String),
+    #[error("already exists")]
+    Conflict,
 }
 
 impl From<sqlx::Error> for StoreError {
@@ -305,22 +307,24 @@ fn rfc3339(ms: i64) -> String {
 /// The store.
 #[derive(Debug, Clone)]
 pub struct Store {
-    pool: AnyPool,
-    backend: Backend,
+    pub(crate) pool: AnyPool,
+    pub(crate) backend: Backend,
     url: String,
 }
 
 const SQLITE_MIGRATIONS: &[(i64, &str)] = &[
     (1, include_str!("../migrations/sqlite/0001_init.sql")),
     (2, include_str!("../migrations/sqlite/0002_secrets.sql")),
+    (3, include_str!("../migrations/sqlite/0003_identity.sql")),
 ];
 const POSTGRES_MIGRATIONS: &[(i64, &str)] = &[
     (1, include_str!("../migrations/postgres/0001_init.sql")),
     (2, include_str!("../migrations/postgres/0002_secrets.sql")),
+    (3, include_str!("../migrations/postgres/0003_identity.sql")),
 ];
 
 /// The newest schema version this build knows.
-pub const SCHEMA_VERSION: i64 = 2;
+pub const SCHEMA_VERSION: i64 = 3;
 
 impl Store {
     /// Opens (creating when needed) and migrates. `sqlite://PATH` or
@@ -451,7 +455,7 @@ impl Store {
     /// Appends an audit event inside `tx` (the caller's state change and
     /// this event commit together). Per-workspace appends are serialised:
     /// SQLite by its single writer, PostgreSQL by an advisory lock.
-    async fn audit_in(
+    pub(crate) async fn audit_in(
         &self,
         tx: &mut sqlx::Transaction<'_, sqlx::Any>,
         workspace: &str,
