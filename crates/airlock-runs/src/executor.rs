@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use airlock_sandbox::{Broker, Hooks, LaunchError, Limits, Mount, SandboxRequest, SandboxSpec};
-use airlock_store::{Artifact, Claim, Finish, RunState, StoreError};
+use airlock_store::{Artifact, Claim, Finish, RunRecord, RunState, StoreError};
 use serde_json::json;
 
 use crate::service::Service;
@@ -273,9 +273,35 @@ impl Service {
         self.cfg.data_dir.join("runs").join(run_id)
     }
 
+    /// A run created by a user (`usr_…`) starts only if that user is still
+    /// a member whose role permits `runs.create`. Local operator actors
+    /// (the CLI on the server's own files, the system) are not members.
+    async fn actor_may_run(&self, run: &RunRecord) -> Result<bool, StoreError> {
+        if !run.actor.starts_with("usr_") {
+            return Ok(true);
+        }
+        let Some(m) = self.store.membership(&run.workspace_id, &run.actor).await? else {
+            return Ok(false);
+        };
+        Ok(airlock_iam::Role::parse(&m.role)
+            .is_some_and(|r| r.permits(airlock_iam::Permission::RunsCreate)))
+    }
+
     async fn execute_inner(self: &Arc<Self>, claim: &Claim, cancel: Arc<AtomicBool>) -> Outcome {
         let run = &claim.run;
         let token = claim.token;
+        // IAM-6: queued work re-checks its actor's authority when it runs.
+        match self.actor_may_run(run).await {
+            Ok(true) => {}
+            Ok(false) => {
+                return failed(
+                    RunState::Blocked,
+                    "actor_not_authorized",
+                    "the member who created this run may no longer create runs in this workspace; it did not start",
+                );
+            }
+            Err(e) => return failed(RunState::Failed, "internal", e.to_string()),
+        }
         let Some(bundle) = self.worker(&run.worker_id) else {
             return failed(
                 RunState::Failed,

@@ -24,6 +24,9 @@ pub struct Config {
     pub driver: DriverChoice,
     /// Key directory (KEK, high-water marks); outside the database.
     pub key_dir: PathBuf,
+    /// The workspace the local workers folder belongs to (IAM-6: other
+    /// workspaces neither see nor run these workers).
+    pub workers_workspace: String,
 }
 
 impl Config {
@@ -37,6 +40,7 @@ impl Config {
             egress_policy: None,
             driver: DriverChoice::Auto,
             key_dir: data_dir.join("keys"),
+            workers_workspace: airlock_store::DEFAULT_WORKSPACE.to_string(),
         }
     }
 }
@@ -221,6 +225,23 @@ impl Service {
         self.workers.read().ok()?.bundles.get(id).cloned()
     }
 
+    /// A worker as `workspace` sees it: only the workspace that owns the
+    /// workers folder sees its bundles.
+    pub fn worker_in(&self, workspace: &str, id: &str) -> Option<Bundle> {
+        if workspace != self.cfg.workers_workspace {
+            return None;
+        }
+        self.worker(id)
+    }
+
+    /// The workers `workspace` may see and run.
+    pub fn list_workers_in(&self, workspace: &str) -> Vec<WorkerInfo> {
+        if workspace != self.cfg.workers_workspace {
+            return Vec::new();
+        }
+        self.list_workers()
+    }
+
     pub fn list_workers(&self) -> Vec<WorkerInfo> {
         let Ok(w) = self.workers.read() else {
             return Vec::new();
@@ -243,11 +264,12 @@ impl Service {
 
     fn checked_input(
         &self,
+        workspace: &str,
         worker_id: &str,
         input: &serde_json::Value,
     ) -> Result<(Bundle, serde_json::Value), ServiceError> {
         let bundle = self
-            .worker(worker_id)
+            .worker_in(workspace, worker_id)
             .ok_or_else(|| ServiceError::UnknownWorker(worker_id.to_string()))?;
         let input = bundle
             .manifest
@@ -258,7 +280,7 @@ impl Service {
 
     /// Creates a queued run (API-8 idempotency when a key is given).
     pub async fn create_run(&self, req: CreateRun) -> Result<Created, ServiceError> {
-        let (_, input) = self.checked_input(&req.worker_id, &req.input)?;
+        let (_, input) = self.checked_input(&req.workspace, &req.worker_id, &req.input)?;
         let request_hash =
             airlock_store::sha256_hex(format!("{}\n{}", req.worker_id, input).as_bytes());
         if let Some(k) = &req.idempotency_key
@@ -320,7 +342,7 @@ impl Service {
         input: &serde_json::Value,
         ttl: Duration,
     ) -> Result<(String, serde_json::Value), ServiceError> {
-        let (bundle, input) = self.checked_input(worker_id, input)?;
+        let (bundle, input) = self.checked_input(workspace, worker_id, input)?;
         let body = Self::plan_body(&bundle, &input);
         let (token, stored) = self
             .store
@@ -342,7 +364,7 @@ impl Service {
     ) -> Result<Created, ServiceError> {
         let stored = self.store.consume_plan(workspace, token).await?;
         let input = stored.plan.get("input").cloned().unwrap_or_default();
-        let (bundle, input) = self.checked_input(&stored.worker_id, &input)?;
+        let (bundle, input) = self.checked_input(workspace, &stored.worker_id, &input)?;
         let now = Self::plan_body(&bundle, &input);
         if now != stored.plan {
             let changed: Vec<&str> = ["input_hash", "entry_sha256", "runtime", "limits", "egress"]
