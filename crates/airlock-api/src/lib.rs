@@ -1,29 +1,51 @@
-//! The HTTP API (API-1, API-2 subset for the run spine, API-6 SSE, API-7
-//! health). A thin front end: every handler parses its request into a
-//! service call and renders the outcome; no business logic lives here.
+//! The HTTP API (API-1, API-2 subset, API-6 SSE, API-7 health) with
+//! identity and access (IAM-1 … IAM-7). A thin front end: every handler
+//! parses its request into a service call and renders the outcome.
 //!
-//! Until the identity issue lands, the server refuses to bind anything but
-//! loopback (see `airlock up`).
+//! Deny by default: every `/v1` handler except bootstrap, login and
+//! password reset takes a [`auth::Caller`] or [`auth::Principal`], so an
+//! unauthenticated request never reaches it; each then requires the
+//! permission its action needs, and every store call carries the caller's
+//! workspace, so another workspace's object is the same 404 as a missing one.
+
+pub mod auth;
+pub mod identity;
 
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
+use airlock_iam::Permission;
 use airlock_runs::{CreateRun, Service, ServiceError};
-use airlock_store::{DEFAULT_WORKSPACE, RunState};
+use airlock_store::RunState;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{delete, get, post, put};
 use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::json;
+
+use crate::auth::{Auth, Caller};
 
 /// Shared state of the router.
 #[derive(Clone, Debug)]
 pub struct AppState {
     pub service: Arc<Service>,
+    pub auth: Arc<Auth>,
+    /// Where the bootstrap capability was written (removed once used).
+    pub bootstrap_file: Option<std::path::PathBuf>,
+}
+
+impl AppState {
+    pub fn new(service: Arc<Service>, auth: Auth) -> Self {
+        Self {
+            service,
+            auth: Arc::new(auth),
+            bootstrap_file: None,
+        }
+    }
 }
 
 /// The one error shape: `{"error": {"code", "message", "request_id"}}`.
@@ -42,7 +64,7 @@ impl ApiError {
             message: message.into(),
         }
     }
-    fn not_found() -> Self {
+    pub fn not_found() -> Self {
         Self::new(StatusCode::NOT_FOUND, "not_found", "no such resource")
     }
 }
@@ -79,6 +101,7 @@ impl From<ServiceError> for ApiError {
             ServiceError::Input(_) => StatusCode::UNPROCESSABLE_ENTITY,
             ServiceError::Conflict => StatusCode::CONFLICT,
             ServiceError::Plan(_) => StatusCode::CONFLICT,
+            ServiceError::Store(airlock_store::StoreError::Conflict) => StatusCode::CONFLICT,
             ServiceError::Store(_) => StatusCode::INTERNAL_SERVER_ERROR,
         };
         Self::new(status, e.code(), e.to_string())
@@ -106,6 +129,10 @@ async fn harden(req: axum::extract::Request, next: axum::middleware::Next) -> Re
         HeaderValue::from_static("default-src 'none'; frame-ancestors 'none'"),
     );
     h.insert("cache-control", HeaderValue::from_static("no-store"));
+    h.insert(
+        "permissions-policy",
+        HeaderValue::from_static("camera=(), microphone=(), geolocation=(), interest-cohort=()"),
+    );
     if !h.contains_key("x-request-id")
         && let Ok(v) = HeaderValue::from_str(&request_id())
     {
@@ -116,9 +143,42 @@ async fn harden(req: axum::extract::Request, next: axum::middleware::Next) -> Re
 
 /// The router; tests call it without a socket.
 pub fn app(state: AppState) -> Router {
+    let hsts = state.auth.cfg.secure_cookies;
     Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
+        .route("/v1/bootstrap", post(identity::bootstrap))
+        .route(
+            "/v1/session",
+            post(identity::login)
+                .get(identity::whoami)
+                .delete(identity::logout),
+        )
+        .route("/v1/session/mfa", post(identity::login_mfa))
+        .route("/v1/sessions", get(identity::list_sessions))
+        .route(
+            "/v1/sessions/revoke-all",
+            post(identity::revoke_all_sessions),
+        )
+        .route("/v1/sessions/{id}", delete(identity::revoke_session))
+        .route("/v1/mfa/totp", post(identity::mfa_enrol))
+        .route("/v1/mfa/totp/confirm", post(identity::mfa_confirm))
+        .route("/v1/password/reset", post(identity::password_reset))
+        .route(
+            "/v1/keys",
+            get(identity::list_keys).post(identity::create_key),
+        )
+        .route("/v1/keys/{id}", delete(identity::revoke_key))
+        .route(
+            "/v1/workspaces",
+            get(identity::list_workspaces).post(identity::create_workspace),
+        )
+        .route("/v1/members", get(identity::list_members))
+        .route(
+            "/v1/members/{username}",
+            put(identity::put_member).delete(identity::delete_member),
+        )
+        .route("/v1/audit", get(identity::list_audit))
         .route("/v1/workers", get(list_workers))
         .route("/v1/workers/reload", post(reload_workers))
         .route("/v1/workers/{id}/runs", post(create_run))
@@ -137,7 +197,26 @@ pub fn app(state: AppState) -> Router {
         .fallback(|| async { ApiError::not_found() })
         .layer(axum::extract::DefaultBodyLimit::max(1 << 20))
         .layer(axum::middleware::from_fn(harden))
+        .layer(axum::middleware::from_fn(move |req, next| {
+            hsts_layer(hsts, req, next)
+        }))
         .with_state(state)
+}
+
+/// HSTS only when the server is reached over TLS (API-3).
+async fn hsts_layer(
+    on: bool,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let mut r = next.run(req).await;
+    if on {
+        r.headers_mut().insert(
+            header::STRICT_TRANSPORT_SECURITY,
+            HeaderValue::from_static("max-age=63072000; includeSubDomains"),
+        );
+    }
+    r
 }
 
 async fn readyz(State(s): State<AppState>) -> Response {
@@ -147,20 +226,37 @@ async fn readyz(State(s): State<AppState>) -> Response {
     }
 }
 
-async fn list_workers(State(s): State<AppState>) -> Json<serde_json::Value> {
+async fn list_workers(
+    State(s): State<AppState>,
+    c: Caller,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    c.require(Permission::WorkersRead)?;
+    if s.service.list_workers_in(&c.workspace).is_empty() {
+        return Ok(Json(json!({"workers": [], "errors": []})));
+    }
     let errors: Vec<_> = s
         .service
         .worker_errors()
         .into_iter()
         .map(|(p, e)| json!({"path": p.file_name().map(|n| n.to_string_lossy().into_owned()), "error": e}))
         .collect();
-    Json(json!({"workers": s.service.list_workers(), "errors": errors}))
+    Ok(Json(
+        json!({"workers": s.service.list_workers_in(&c.workspace), "errors": errors}),
+    ))
 }
 
-async fn reload_workers(State(s): State<AppState>) -> Json<serde_json::Value> {
+/// Reloading the workers folder is for the workspace that owns it.
+async fn reload_workers(
+    State(s): State<AppState>,
+    c: Caller,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    c.require(Permission::WorkersWrite)?;
+    if c.workspace != s.service.config().workers_workspace {
+        return Err(ApiError::not_found());
+    }
     let (ids, errors) = s.service.reload();
     let errors: Vec<_> = errors.into_iter().map(|(p, e)| json!({"path": p.file_name().map(|n| n.to_string_lossy().into_owned()), "error": e})).collect();
-    Json(json!({"loaded": ids, "errors": errors}))
+    Ok(Json(json!({"loaded": ids, "errors": errors})))
 }
 
 #[derive(Debug, Deserialize)]
@@ -172,10 +268,12 @@ struct CreateBody {
 
 async fn create_run(
     State(s): State<AppState>,
+    c: Caller,
     Path(id): Path<String>,
     headers: HeaderMap,
     body: Result<Json<CreateBody>, axum::extract::rejection::JsonRejection>,
 ) -> Result<Response, ApiError> {
+    c.require(Permission::RunsCreate)?;
     let Json(body) =
         body.map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "invalid_body", e.body_text()))?;
     let key = match headers.get("idempotency-key") {
@@ -200,11 +298,11 @@ async fn create_run(
     let created = s
         .service
         .create_run(CreateRun {
-            workspace: DEFAULT_WORKSPACE.into(),
+            workspace: c.workspace.clone(),
             worker_id: id,
             input,
             trigger: "api".into(),
-            actor: "local".into(),
+            actor: c.actor().to_string(),
             idempotency_key: key,
         })
         .await?;
@@ -226,8 +324,10 @@ struct ListQuery {
 
 async fn list_runs(
     State(s): State<AppState>,
+    c: Caller,
     q: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
+    c.require(Permission::RunsRead)?;
     let Query(q) =
         q.map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "invalid_query", e.body_text()))?;
     let state = match q.state.as_deref() {
@@ -247,7 +347,7 @@ async fn list_runs(
     let runs = s
         .service
         .store()
-        .list_runs(DEFAULT_WORKSPACE, state, limit, q.cursor.as_deref())
+        .list_runs(&c.workspace, state, limit, q.cursor.as_deref())
         .await?;
     let next = if i64::try_from(runs.len()).unwrap_or(0) == limit {
         runs.last().map(|r| r.id.clone())
@@ -259,15 +359,13 @@ async fn list_runs(
 
 async fn get_run(
     State(s): State<AppState>,
+    c: Caller,
     Path(id): Path<String>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    let run = s.service.get(DEFAULT_WORKSPACE, &id).await?;
-    let position = s
-        .service
-        .store()
-        .queue_position(DEFAULT_WORKSPACE, &id)
-        .await?;
-    let artifacts = s.service.store().artifacts(DEFAULT_WORKSPACE, &id).await?;
+    c.require(Permission::RunsRead)?;
+    let run = s.service.get(&c.workspace, &id).await?;
+    let position = s.service.store().queue_position(&c.workspace, &id).await?;
+    let artifacts = s.service.store().artifacts(&c.workspace, &id).await?;
     Ok(Json(
         json!({"run": run, "queue_position": position, "artifacts": artifacts}),
     ))
@@ -275,19 +373,24 @@ async fn get_run(
 
 async fn cancel_run(
     State(s): State<AppState>,
+    c: Caller,
     Path(id): Path<String>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    let state = s.service.cancel(DEFAULT_WORKSPACE, &id, "local").await?;
+    c.require(Permission::RunsCancel)?;
+    let state = s.service.cancel(&c.workspace, &id, c.actor()).await?;
     Ok(Json(json!({"id": id, "state": state})))
 }
 
 /// API-6: live events over SSE, resumable with `Last-Event-ID`.
 async fn run_events(
     State(s): State<AppState>,
+    c: Caller,
     Path(id): Path<String>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    s.service.get(DEFAULT_WORKSPACE, &id).await?;
+    c.require(Permission::RunsRead)?;
+    s.service.get(&c.workspace, &id).await?;
+    let ws = c.workspace.clone();
     let after: i64 = headers
         .get("last-event-id")
         .and_then(|v| v.to_str().ok())
@@ -295,15 +398,15 @@ async fn run_events(
         .unwrap_or(0);
     let svc = s.service.clone();
     let stream = futures_util::stream::unfold(
-        (svc, id, after, false),
-        |(svc, id, after, done)| async move {
+        (svc, ws, id, after, false),
+        |(svc, ws, id, after, done)| async move {
             if done {
                 return None;
             }
             loop {
                 let events = svc
                     .store()
-                    .events(DEFAULT_WORKSPACE, &id, after, 100)
+                    .events(&ws, &id, after, 100)
                     .await
                     .unwrap_or_default();
                 if !events.is_empty() {
@@ -317,16 +420,19 @@ async fn run_events(
                                 .data(e.data.to_string()))
                         })
                         .collect();
-                    return Some((futures_util::stream::iter(batch), (svc, id, last, false)));
+                    return Some((
+                        futures_util::stream::iter(batch),
+                        (svc, ws, id, last, false),
+                    ));
                 }
                 let terminal = svc
-                    .get(DEFAULT_WORKSPACE, &id)
+                    .get(&ws, &id)
                     .await
                     .map(|r| r.state.is_terminal())
                     .unwrap_or(true);
                 if terminal {
                     let end = vec![Ok(Event::default().event("end").data("{}"))];
-                    return Some((futures_util::stream::iter(end), (svc, id, after, true)));
+                    return Some((futures_util::stream::iter(end), (svc, ws, id, after, true)));
                 }
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
@@ -341,9 +447,11 @@ async fn run_events(
 
 async fn artifact(
     State(s): State<AppState>,
+    c: Caller,
     Path((id, name)): Path<(String, String)>,
 ) -> Result<Response, ApiError> {
-    let list = s.service.store().artifacts(DEFAULT_WORKSPACE, &id).await?;
+    c.require(Permission::RunsRead)?;
+    let list = s.service.store().artifacts(&c.workspace, &id).await?;
     let a = list
         .into_iter()
         .find(|a| a.name == name)
@@ -393,11 +501,20 @@ fn secret_error(e: airlock_runs::secrets::SecretError) -> ApiError {
 }
 
 /// KEY-4: metadata only, never a value.
-async fn list_secrets(State(s): State<AppState>) -> Result<Json<serde_json::Value>, ApiError> {
+async fn list_secrets(
+    State(s): State<AppState>,
+    c: Caller,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    c.require(Permission::SecretsList)?;
+    let declared = if c.workspace == s.service.config().workers_workspace {
+        s.service.declared_secrets()
+    } else {
+        Vec::new()
+    };
     let list = s
         .service
         .secrets()
-        .list(DEFAULT_WORKSPACE, &s.service.declared_secrets())
+        .list(&c.workspace, &declared)
         .await
         .map_err(secret_error)?;
     Ok(Json(json!({"secrets": list})))
@@ -411,15 +528,17 @@ struct SecretBody {
 
 async fn put_secret(
     State(s): State<AppState>,
+    c: Caller,
     Path(name): Path<String>,
     body: Result<Json<SecretBody>, axum::extract::rejection::JsonRejection>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
+    c.require(Permission::SecretsWrite)?;
     let Json(body) =
         body.map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "invalid_body", e.body_text()))?;
     let version = s
         .service
         .secrets()
-        .set(DEFAULT_WORKSPACE, &name, body.value.into_bytes(), "local")
+        .set(&c.workspace, &name, body.value.into_bytes(), c.actor())
         .await
         .map_err(secret_error)?;
     Ok(Json(json!({"name": name, "version": version})))
@@ -427,12 +546,14 @@ async fn put_secret(
 
 async fn delete_secret(
     State(s): State<AppState>,
+    c: Caller,
     Path(name): Path<String>,
 ) -> Result<StatusCode, ApiError> {
+    c.require(Permission::SecretsWrite)?;
     match s
         .service
         .secrets()
-        .remove(DEFAULT_WORKSPACE, &name, "local")
+        .remove(&c.workspace, &name, c.actor())
         .await
         .map_err(secret_error)?
     {
@@ -454,8 +575,10 @@ struct PlanBody {
 /// DUR-3: an opaque, single-use, expiring token for a stored plan.
 async fn create_plan(
     State(s): State<AppState>,
+    c: Caller,
     body: Result<Json<PlanBody>, axum::extract::rejection::JsonRejection>,
 ) -> Result<Response, ApiError> {
+    c.require(Permission::RunsCreate)?;
     let Json(body) =
         body.map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "invalid_body", e.body_text()))?;
     let input = if body.input.is_null() {
@@ -466,7 +589,7 @@ async fn create_plan(
     let ttl = Duration::from_secs(body.ttl_s.unwrap_or(900).clamp(1, 7 * 86_400));
     let (token, plan) = s
         .service
-        .plan(DEFAULT_WORKSPACE, &body.worker, &input, ttl)
+        .plan(&c.workspace, &body.worker, &input, ttl)
         .await?;
     Ok((
         StatusCode::CREATED,
@@ -483,13 +606,15 @@ struct RunPlanBody {
 
 async fn run_plan(
     State(s): State<AppState>,
+    c: Caller,
     body: Result<Json<RunPlanBody>, axum::extract::rejection::JsonRejection>,
 ) -> Result<Response, ApiError> {
+    c.require(Permission::RunsCreate)?;
     let Json(body) =
         body.map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "invalid_body", e.body_text()))?;
     let created = s
         .service
-        .run_plan(DEFAULT_WORKSPACE, &body.token, "local")
+        .run_plan(&c.workspace, &body.token, c.actor())
         .await?;
     Ok((StatusCode::CREATED, Json(json!({"run": created.run}))).into_response())
 }

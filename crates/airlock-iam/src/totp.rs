@@ -97,6 +97,30 @@ pub fn base32_encode(bytes: &[u8]) -> String {
     out
 }
 
+/// RFC 4648 base32 (upper or lower case, padding and spaces ignored);
+/// `None` on any other character.
+pub fn base32_decode(text: &str) -> Option<Vec<u8>> {
+    let mut out = Vec::with_capacity(text.len() * 5 / 8);
+    let (mut buf, mut bits) = (0u32, 0u32);
+    for c in text.bytes() {
+        let v = match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a',
+            b'2'..=b'7' => c - b'2' + 26,
+            b'=' | b' ' => continue,
+            _ => return None,
+        };
+        buf = (buf << 5) | u32::from(v);
+        bits += 5;
+        if bits >= 8 {
+            bits -= 8;
+            out.push(u8::try_from((buf >> bits) & 0xff).ok()?);
+        }
+        buf &= (1 << bits) - 1;
+    }
+    Some(out)
+}
+
 fn percent_encode(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for b in s.bytes() {
@@ -122,6 +146,16 @@ pub fn otpauth_uri(issuer: &str, account: &str, secret: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn base32_round_trips_and_refuses_garbage() {
+        for n in 0..40u8 {
+            let bytes: Vec<u8> = (0..n).map(|i| i.wrapping_mul(37)).collect();
+            assert_eq!(base32_decode(&base32_encode(&bytes)).unwrap(), bytes);
+        }
+        assert!(base32_decode("AB1C").is_none());
+        assert!(base32_decode("AB!C").is_none());
+    }
 
     const SEED20: &[u8] = b"12345678901234567890";
     const SEED32: &[u8] = b"12345678901234567890123456789012";
