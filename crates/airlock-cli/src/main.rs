@@ -1,6 +1,7 @@
 //! The `airlock` binary: parses the command line, wires the libraries
 //! together and renders results. No business logic lives here.
 
+mod iam_cmd;
 mod proxy_cmd;
 mod runs_cmd;
 mod sandbox_cmd;
@@ -62,6 +63,15 @@ enum Command {
         #[command(subcommand)]
         command: runs_cmd::KeysCommand,
     },
+    /// Sign in to a server and store an API key for `--remote` commands.
+    Login(iam_cmd::LoginArgs),
+    /// Revoke the stored API key and forget it.
+    Logout,
+    /// Operator tasks on the server's own database.
+    Admin {
+        #[command(subcommand)]
+        command: iam_cmd::AdminCommand,
+    },
 }
 
 fn main() -> ExitCode {
@@ -103,6 +113,9 @@ fn main() -> ExitCode {
         Command::Audit { command } => runs_cmd::audit(&cli.paths, &command),
         Command::Secrets { command } => runs_cmd::secrets(&cli.paths, &command),
         Command::Keys { command } => runs_cmd::keys(&cli.paths, &command),
+        Command::Login(a) => iam_cmd::login(&a),
+        Command::Logout => iam_cmd::logout(),
+        Command::Admin { command } => iam_cmd::admin(&cli.paths, &command),
     }
 }
 

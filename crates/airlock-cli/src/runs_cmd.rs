@@ -35,6 +35,10 @@ pub struct Paths {
     /// Key directory (KEK, high-water marks): outside the database, 0700.
     #[arg(long, env = "AIRLOCK_KEY_DIR", global = true)]
     key_dir: Option<PathBuf>,
+    /// Talk to a server with the stored API key (`airlock login`) instead
+    /// of opening the local database (`run`, `runs list|get|cancel`).
+    #[arg(long, env = "AIRLOCK_REMOTE", global = true)]
+    pub remote: bool,
 }
 
 impl Paths {
@@ -79,7 +83,7 @@ pub fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
         .build()
 }
 
-async fn open(paths: &Paths) -> Result<Arc<Service>, String> {
+pub(crate) async fn open(paths: &Paths) -> Result<Arc<Service>, String> {
     std::fs::create_dir_all(&paths.data_dir)
         .map_err(|e| format!("cannot create {}: {e}", paths.data_dir.display()))?;
     let store = Store::open(&paths.url())
@@ -90,7 +94,10 @@ async fn open(paths: &Paths) -> Result<Arc<Service>, String> {
 
 /// Runs `f` with the service on a fresh runtime: the shape of every
 /// command that works on the local database.
-fn with_service(paths: &Paths, f: impl AsyncFnOnce(Arc<Service>) -> ExitCode) -> ExitCode {
+pub(crate) fn with_service(
+    paths: &Paths,
+    f: impl AsyncFnOnce(Arc<Service>) -> ExitCode,
+) -> ExitCode {
     let rt = match runtime() {
         Ok(r) => r,
         Err(e) => return err(e),
@@ -103,7 +110,7 @@ fn with_service(paths: &Paths, f: impl AsyncFnOnce(Arc<Service>) -> ExitCode) ->
     })
 }
 
-fn err(msg: impl std::fmt::Display) -> ExitCode {
+pub(crate) fn err(msg: impl std::fmt::Display) -> ExitCode {
     eprintln!("airlock: {msg}");
     ExitCode::from(125)
 }
@@ -132,9 +139,60 @@ fn parse_input(s: &str) -> Result<serde_json::Value, String> {
 
 #[derive(Debug, Args)]
 pub struct UpArgs {
-    /// Listen address (loopback only until authentication lands).
+    /// Listen address. Every route but health, bootstrap and login needs a
+    /// session or an API key.
     #[arg(long, env = "AIRLOCK_LISTEN", default_value = "127.0.0.1:8000")]
     listen: String,
+    /// The server is reached over TLS (a terminating proxy in front):
+    /// `Secure` + `__Host-` session cookies and HSTS.
+    #[arg(long, env = "AIRLOCK_TLS_PROXY")]
+    tls_proxy: bool,
+    /// Comma-separated proxy addresses whose `X-Forwarded-For` is believed.
+    #[arg(long, env = "AIRLOCK_TRUSTED_PROXIES", value_delimiter = ',')]
+    trusted_proxies: Vec<std::net::IpAddr>,
+    /// Minutes a session may sit unused.
+    #[arg(long, env = "AIRLOCK_SESSION_IDLE_MINUTES", default_value_t = 720)]
+    session_idle_minutes: u64,
+    /// Hours a session lives at most.
+    #[arg(long, env = "AIRLOCK_SESSION_MAX_HOURS", default_value_t = 168)]
+    session_max_hours: u64,
+}
+
+/// IAM-1: while no owner exists, a fresh one-time capability is written to
+/// the key directory (0600) at every start; its path is printed.
+async fn open_bootstrap(svc: &Service) -> Result<Option<PathBuf>, String> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let store = svc.store();
+    if store.bootstrap_state().await.map_err(|e| e.to_string())?
+        == airlock_store::BootstrapState::Closed
+    {
+        return Ok(None);
+    }
+    let token = airlock_iam::keys::new_prefixed_token("alb");
+    let dir = &svc.config().key_dir;
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let path = dir.join("bootstrap.token");
+    let _ = std::fs::remove_file(&path);
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&path)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    f.write_all(format!("{token}\n").as_bytes())
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    let state = store
+        .bootstrap_begin(
+            &airlock_iam::keys::token_hash(&token),
+            airlock_store::now_ms(),
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+    if state == airlock_store::BootstrapState::Closed {
+        let _ = std::fs::remove_file(&path);
+        return Ok(None);
+    }
+    Ok(Some(path))
 }
 
 pub fn up(paths: &Paths, a: &UpArgs) -> ExitCode {
@@ -142,11 +200,18 @@ pub fn up(paths: &Paths, a: &UpArgs) -> ExitCode {
         Ok(x) => x,
         Err(_) => return err(format!("--listen {:?} is not an address", a.listen)),
     };
-    if !addr.ip().is_loopback() {
-        return err(
-            "airlock up binds loopback only until authentication lands (identity issue); use 127.0.0.1",
+    if !addr.ip().is_loopback() && !a.tls_proxy {
+        eprintln!(
+            "airlock: warning: listening on {addr} without --tls-proxy: passwords and session cookies cross the network in clear text"
         );
     }
+    let auth_cfg = airlock_api::auth::AuthConfig {
+        idle_timeout: Duration::from_secs(a.session_idle_minutes.clamp(1, 525_600) * 60),
+        absolute_timeout: Duration::from_secs(a.session_max_hours.clamp(1, 8_760) * 3600),
+        secure_cookies: a.tls_proxy,
+        trusted_proxies: a.trusted_proxies.clone(),
+        ..Default::default()
+    };
     with_service(paths, async |svc| {
         for (path, e) in svc.worker_errors() {
             eprintln!("airlock: skipped worker {}: {e}", path.display());
@@ -178,12 +243,24 @@ pub fn up(paths: &Paths, a: &UpArgs) -> ExitCode {
             "{}",
             serde_json::json!({"event": "listening", "address": addr.to_string(), "workers": workers, "database": svc.store().backend()})
         );
-        eprintln!(
-            "airlock: serving {workers} worker(s) on http://{addr} (loopback only, no authentication yet)"
+        eprintln!("airlock: serving {workers} worker(s) on http://{addr}");
+        let bootstrap_file = match open_bootstrap(&svc).await {
+            Ok(p) => p,
+            Err(e) => return err(format!("bootstrap: {e}")),
+        };
+        if let Some(p) = &bootstrap_file {
+            eprintln!(
+                "airlock: no owner yet: a one-time bootstrap capability is in {} (POST it to /v1/bootstrap with a username and password)",
+                p.display()
+            );
+        }
+        let mut state = airlock_api::AppState::new(
+            svc.clone(),
+            airlock_api::auth::Auth::new(auth_cfg, std::sync::Arc::new(airlock_iam::SystemClock)),
         );
-        let app = airlock_api::app(airlock_api::AppState {
-            service: svc.clone(),
-        });
+        state.bootstrap_file = bootstrap_file;
+        let app =
+            airlock_api::app(state).into_make_service_with_connect_info::<std::net::SocketAddr>();
         let shutdown = async {
             let mut term =
                 tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
@@ -231,6 +308,9 @@ pub struct RunArgs {
 }
 
 pub fn run(paths: &Paths, a: &RunArgs) -> ExitCode {
+    if paths.remote {
+        return remote(async || remote_run(a).await);
+    }
     with_service(paths, async |svc| {
         let created = match (&a.plan, &a.worker) {
             (Some(token), _) => svc.run_plan(DEFAULT_WORKSPACE, token, "cli").await,
@@ -417,6 +497,128 @@ pub fn plan(paths: &Paths, a: &PlanArgs) -> ExitCode {
     })
 }
 
+// ---------------------------------------------------------------- remote
+
+/// Runs a remote command on a fresh runtime; its error becomes exit 125.
+fn remote(f: impl AsyncFnOnce() -> Result<ExitCode, String>) -> ExitCode {
+    let rt = match runtime() {
+        Ok(r) => r,
+        Err(e) => return err(e),
+    };
+    rt.block_on(f()).unwrap_or_else(err)
+}
+
+/// `airlock --remote run`: create over HTTP, then follow until it ends.
+async fn remote_run(a: &RunArgs) -> Result<ExitCode, String> {
+    use crate::iam_cmd::{authed, credentials};
+    let c = credentials()?;
+    let created = match (&a.plan, &a.worker) {
+        (Some(token), _) => {
+            authed(
+                &c,
+                "POST",
+                "/v1/plans/run",
+                &[],
+                Some(&serde_json::json!({"token": token})),
+            )
+            .await?
+        }
+        (None, Some(worker)) => {
+            let input = parse_input(&a.input)?;
+            let key = a.idempotency_key.clone().unwrap_or_default();
+            let headers: Vec<(&str, &str)> = if key.is_empty() {
+                Vec::new()
+            } else {
+                vec![("idempotency-key", key.as_str())]
+            };
+            authed(
+                &c,
+                "POST",
+                &format!("/v1/workers/{worker}/runs"),
+                &headers,
+                Some(&serde_json::json!({"input": input})),
+            )
+            .await?
+        }
+        (None, None) => return Err("give a worker id or --plan".into()),
+    };
+    let id = created["run"]["id"].as_str().unwrap_or("").to_string();
+    if id.is_empty() || !id.chars().all(|ch| ch.is_ascii_alphanumeric() || ch == '_') {
+        return Err("the server returned no run id".into());
+    }
+    loop {
+        let v = authed(&c, "GET", &format!("/v1/runs/{id}"), &[], None).await?;
+        let state = v["run"]["state"].as_str().unwrap_or("");
+        if RunState::parse(state).is_some_and(RunState::is_terminal) {
+            if a.json {
+                println!("{v}");
+            } else {
+                println!("{id} {state}");
+                if let Some(o) = v["run"].get("outputs").filter(|o| !o.is_null()) {
+                    println!("{o}");
+                }
+            }
+            return Ok(if state == "succeeded" {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+async fn remote_runs(cmd: &RunsCommand) -> Result<ExitCode, String> {
+    use crate::iam_cmd::{authed, credentials};
+    let c = credentials()?;
+    let safe = |id: &str| -> Result<(), String> {
+        if id.chars().all(|ch| ch.is_ascii_alphanumeric() || ch == '_') {
+            Ok(())
+        } else {
+            Err("not a run id".into())
+        }
+    };
+    match cmd {
+        RunsCommand::List { state, limit, json } => {
+            let mut path = format!("/v1/runs?limit={}", (*limit).clamp(1, 500));
+            if let Some(st) = state {
+                let st = RunState::parse(st).ok_or("unknown --state")?;
+                path.push_str(&format!("&state={}", st.as_str()));
+            }
+            let v = authed(&c, "GET", &path, &[], None).await?;
+            if *json {
+                println!("{v}");
+            } else {
+                for r in v["runs"].as_array().into_iter().flatten() {
+                    println!(
+                        "{}  {:<12} {:<10} {}",
+                        r["id"].as_str().unwrap_or(""),
+                        r["worker_id"].as_str().unwrap_or(""),
+                        r["state"].as_str().unwrap_or(""),
+                        r["error_code"].as_str().unwrap_or("")
+                    );
+                }
+            }
+        }
+        RunsCommand::Get { id, .. } => {
+            safe(id)?;
+            println!(
+                "{}",
+                authed(&c, "GET", &format!("/v1/runs/{id}"), &[], None).await?
+            );
+        }
+        RunsCommand::Cancel { id } => {
+            safe(id)?;
+            let v = authed(&c, "POST", &format!("/v1/runs/{id}/cancel"), &[], None).await?;
+            println!("{id} {}", v["state"].as_str().unwrap_or(""));
+        }
+        RunsCommand::Logs { .. } => {
+            return Err("runs logs is local only; use GET /v1/runs/{id}/events remotely".into());
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 // ---------------------------------------------------------------- runs …
 
 #[derive(Debug, Subcommand)]
@@ -446,6 +648,9 @@ pub enum RunsCommand {
 }
 
 pub fn runs(paths: &Paths, cmd: &RunsCommand) -> ExitCode {
+    if paths.remote {
+        return remote(async || remote_runs(cmd).await);
+    }
     with_service(paths, async |svc| match cmd {
         RunsCommand::List { state, limit, json } => {
             let st = match state.as_deref().map(RunState::parse) {

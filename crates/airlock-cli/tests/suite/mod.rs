@@ -1,4 +1,5 @@
 mod egress;
+mod iam;
 mod runs;
 mod sandbox_attacks;
 mod sandbox_cli;

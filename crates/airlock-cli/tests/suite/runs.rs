@@ -15,6 +15,8 @@ pub(crate) struct Env {
     _root: tempfile::TempDir,
     pub(crate) data: PathBuf,
     pub(crate) workers: PathBuf,
+    /// The owner's API key, once a server of this env was bootstrapped.
+    api_key: std::sync::Mutex<Option<String>>,
 }
 
 impl Env {
@@ -26,6 +28,7 @@ impl Env {
         Self {
             data,
             workers,
+            api_key: std::sync::Mutex::new(None),
             _root: root,
         }
     }
@@ -319,13 +322,44 @@ fn api_8_idempotency_key_returns_the_original_run() {
 }
 
 /// A running `airlock up` on a free loopback port.
-struct Server {
+pub(crate) struct Server {
     child: Child,
-    port: u16,
+    pub(crate) port: u16,
+    /// Sent as `Authorization: Bearer` unless a request brings its own
+    /// credentials.
+    key: String,
+}
+
+/// The bootstrap flow a new operator follows (IAM-1), then a login and an
+/// API key for the tests' requests.
+pub(crate) const OWNER_PASSWORD: &str = "correct horse battery staple";
+
+fn bootstrap_owner(s: &Server, env: &Env) -> String {
+    let token = std::fs::read_to_string(env.data.join("keys/bootstrap.token")).unwrap();
+    let (c, v) = s.json(
+        "POST",
+        "/v1/bootstrap",
+        Some(&format!(
+            r#"{{"token": "{}", "username": "owner", "password": "{OWNER_PASSWORD}"}}"#,
+            token.trim()
+        )),
+        &[],
+    );
+    assert_eq!(c, 201, "{v}");
+    let (c, cookie, csrf) = s.login("owner", OWNER_PASSWORD);
+    assert_eq!(c, 201);
+    let (c, v) = s.json(
+        "POST",
+        "/v1/keys",
+        Some(r#"{"name": "tests"}"#),
+        &[("cookie", &cookie), ("x-csrf-token", &csrf)],
+    );
+    assert_eq!(c, 201, "{v}");
+    v["key"].as_str().unwrap().to_string()
 }
 
 impl Server {
-    fn start(env: &Env, extra_env: &[(&str, &str)]) -> Self {
+    pub(crate) fn start(env: &Env, extra_env: &[(&str, &str)]) -> Self {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -339,15 +373,68 @@ impl Server {
             cmd.env(k, v);
         }
         let child = cmd.spawn().unwrap();
-        let s = Self { child, port };
+        let mut s = Self {
+            child,
+            port,
+            key: String::new(),
+        };
         let deadline = Instant::now() + Duration::from_secs(30);
         while s.get("/readyz").0 != 200 {
             assert!(Instant::now() < deadline, "server did not become ready");
             std::thread::sleep(Duration::from_millis(50));
         }
+        let mut key = env.api_key.lock().unwrap();
+        if key.is_none() {
+            *key = Some(bootstrap_owner(&s, env));
+        }
+        s.key = key.clone().unwrap();
         s
     }
-    fn request(
+    /// Signs in; returns the status, the `name=value` cookie and the CSRF token.
+    pub(crate) fn login(&self, user: &str, password: &str) -> (u16, String, String) {
+        let (c, raw) = self.raw(
+            "POST",
+            "/v1/session",
+            Some(&format!(
+                r#"{{"username": "{user}", "password": "{password}"}}"#
+            )),
+            &[],
+        );
+        let cookie = raw
+            .lines()
+            .find_map(|l| l.strip_prefix("set-cookie: "))
+            .and_then(|v| v.split(';').next())
+            .unwrap_or("")
+            .to_string();
+        let body: Value =
+            serde_json::from_str(raw.split_once("\r\n\r\n").map(|(_, b)| b).unwrap_or(""))
+                .unwrap_or(Value::Null);
+        let csrf = body["csrf_token"].as_str().unwrap_or("").to_string();
+        (c, cookie, csrf)
+    }
+    pub(crate) fn key(&self) -> &str {
+        &self.key
+    }
+    pub(crate) fn get_with_key(&self, path: &str, key: &str) -> (u16, String) {
+        let auth = format!("Bearer {key}");
+        self.request("GET", path, None, &[("authorization", &auth)])
+    }
+    pub(crate) fn request(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&str>,
+        headers: &[(&str, &str)],
+    ) -> (u16, String) {
+        let (code, out) = self.raw(method, path, body, headers);
+        let body = out
+            .split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_string())
+            .unwrap_or_default();
+        (code, body)
+    }
+    /// The whole response (status line, headers, body) as text.
+    pub(crate) fn raw(
         &self,
         method: &str,
         path: &str,
@@ -366,6 +453,12 @@ impl Server {
         if !body.is_empty() {
             req.push_str("Content-Type: application/json\r\n");
         }
+        let own = headers.iter().any(|(k, _)| {
+            k.eq_ignore_ascii_case("authorization") || k.eq_ignore_ascii_case("cookie")
+        });
+        if !own && !self.key.is_empty() {
+            req.push_str(&format!("Authorization: Bearer {}\r\n", self.key));
+        }
         for (k, v) in headers {
             req.push_str(&format!("{k}: {v}\r\n"));
         }
@@ -381,16 +474,12 @@ impl Server {
             .nth(1)
             .and_then(|c| c.parse().ok())
             .unwrap_or(0);
-        let body = out
-            .split_once("\r\n\r\n")
-            .map(|(_, b)| b.to_string())
-            .unwrap_or_default();
-        (code, body)
+        (code, out)
     }
-    fn get(&self, path: &str) -> (u16, String) {
+    pub(crate) fn get(&self, path: &str) -> (u16, String) {
         self.request("GET", path, None, &[])
     }
-    fn json(
+    pub(crate) fn json(
         &self,
         method: &str,
         path: &str,
