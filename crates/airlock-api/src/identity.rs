@@ -58,12 +58,12 @@ fn human(id: &str) -> airlock_audit::chain::Actor {
     airlock_audit::chain::Actor::Human(id.to_string())
 }
 
-async fn audit(s: &AppState, workspace: &str, rec: AuditRecord) {
-    // An audit failure must not turn a refusal into a 500 that tells the
-    // attacker something; it is logged by the store's caller instead.
-    if let Err(e) = s.service.store().audit(workspace, rec).await {
-        eprintln!("airlock: audit write failed: {e}");
-    }
+/// Records an identity event. A refusal that cannot be audited is not
+/// answered as a refusal: the caller gets the generic 500 (the same for
+/// every account, so it reveals nothing).
+async fn audit(s: &AppState, workspace: &str, rec: AuditRecord) -> Result<(), ApiError> {
+    s.service.store().audit(workspace, rec).await?;
+    Ok(())
 }
 
 /// Request metadata the login routes record.
@@ -148,7 +148,7 @@ pub async fn bootstrap(
             AuditRecord::system("bootstrap.refused", None)
                 .with_metadata(json!({"client_ip": meta.ip})),
         )
-        .await;
+        .await?;
         return Err(ApiError::new(
             StatusCode::FORBIDDEN,
             "bootstrap_refused",
@@ -163,7 +163,7 @@ pub async fn bootstrap(
         SYSTEM_AUDIT,
         AuditRecord::system("bootstrap.completed", None).with_actor(human(&user.id)),
     )
-    .await;
+    .await?;
     Ok((
         StatusCode::CREATED,
         Json(json!({"user": user, "workspace_id": DEFAULT_WORKSPACE})),
@@ -260,7 +260,7 @@ pub async fn login(
             AuditRecord::system("login.throttled", None)
                 .with_metadata(json!({"username": name, "client_ip": meta.ip})),
         )
-        .await;
+        .await?;
         return Ok(throttled(retry));
     }
     let store = s.service.store();
@@ -283,7 +283,7 @@ pub async fn login(
                 AuditRecord::system("login.failed", None)
                     .with_metadata(json!({"username": name, "client_ip": meta.ip})),
             )
-            .await;
+            .await?;
             return Err(login_failed());
         }
     };
@@ -306,7 +306,7 @@ pub async fn login(
         .with_actor(human(&user.id))
         .with_metadata(json!({"client_ip": meta.ip})),
     )
-    .await;
+    .await?;
     issue_session(&s, &user.id, mfa, &meta, StatusCode::CREATED).await
 }
 
@@ -358,7 +358,7 @@ pub async fn login_mfa(
             SYSTEM_AUDIT,
             AuditRecord::system("login.mfa_failed", None).with_actor(human(&sess.user.id)),
         )
-        .await;
+        .await?;
         return Err(login_failed());
     }
     s.auth.accounts.success(&key);
@@ -369,7 +369,7 @@ pub async fn login_mfa(
             .with_actor(human(&sess.user.id))
             .with_metadata(json!({"mfa": if b.code.is_some() { "totp" } else { "recovery_code" }})),
     )
-    .await;
+    .await?;
     // Rotation at step-up: the pending token dies, a new one is issued.
     let meta = ClientMeta {
         old_token: meta.old_token,
@@ -455,7 +455,7 @@ pub async fn logout(State(s): State<AppState>, sess: AnySession) -> Result<Respo
         SYSTEM_AUDIT,
         AuditRecord::system("logout", None).with_actor(human(&sess.user.id)),
     )
-    .await;
+    .await?;
     let mut r = StatusCode::NO_CONTENT.into_response();
     if let Ok(v) = HeaderValue::from_str(&s.auth.clear_cookie()) {
         r.headers_mut().insert(header::SET_COOKIE, v);
@@ -514,7 +514,7 @@ pub async fn revoke_session(
             .with_actor(human(&p.user.id))
             .with_metadata(json!({"session": id})),
     )
-    .await;
+    .await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -537,7 +537,7 @@ pub async fn revoke_all_sessions(
             .with_actor(human(&p.user.id))
             .with_metadata(json!({"count": n})),
     )
-    .await;
+    .await?;
     Ok(Json(json!({"revoked": n})))
 }
 
@@ -650,7 +650,7 @@ pub async fn mfa_confirm(
         SYSTEM_AUDIT,
         AuditRecord::system("mfa.enabled", None).with_actor(human(&p.user.id)),
     )
-    .await;
+    .await?;
     Ok(Json(json!({"recovery_codes": codes})))
 }
 
@@ -690,7 +690,7 @@ pub async fn password_reset(
             AuditRecord::system("password.reset_refused", None)
                 .with_metadata(json!({"client_ip": meta.ip})),
         )
-        .await;
+        .await?;
         return Err(ApiError::new(
             StatusCode::FORBIDDEN,
             "reset_refused",
@@ -705,7 +705,7 @@ pub async fn password_reset(
         SYSTEM_AUDIT,
         AuditRecord::system("password.reset", None).with_actor(human(&user_id)),
     )
-    .await;
+    .await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
