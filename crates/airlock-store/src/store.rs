@@ -316,15 +316,17 @@ const SQLITE_MIGRATIONS: &[(i64, &str)] = &[
     (1, include_str!("../migrations/sqlite/0001_init.sql")),
     (2, include_str!("../migrations/sqlite/0002_secrets.sql")),
     (3, include_str!("../migrations/sqlite/0003_identity.sql")),
+    (4, include_str!("../migrations/sqlite/0004_api.sql")),
 ];
 const POSTGRES_MIGRATIONS: &[(i64, &str)] = &[
     (1, include_str!("../migrations/postgres/0001_init.sql")),
     (2, include_str!("../migrations/postgres/0002_secrets.sql")),
     (3, include_str!("../migrations/postgres/0003_identity.sql")),
+    (4, include_str!("../migrations/postgres/0004_api.sql")),
 ];
 
 /// The newest schema version this build knows.
-pub const SCHEMA_VERSION: i64 = 3;
+pub const SCHEMA_VERSION: i64 = 4;
 
 impl Store {
     /// Opens (creating when needed) and migrates. `sqlite://PATH` or
@@ -464,6 +466,15 @@ impl Store {
         if self.backend == Backend::Postgres {
             sqlx::query("SELECT pg_advisory_xact_lock(hashtext($1))")
                 .bind(workspace)
+                .execute(&mut **tx)
+                .await?;
+        } else {
+            // Take SQLite's write lock before reading the chain head: a
+            // deferred transaction that reads first and then writes fails
+            // with SQLITE_BUSY (snapshot) when another writer committed in
+            // between, and the busy timeout does not retry that. A write
+            // statement that matches no row still takes the lock.
+            sqlx::query("UPDATE workspaces SET name = name WHERE 1 = 0")
                 .execute(&mut **tx)
                 .await?;
         }
