@@ -12,6 +12,10 @@
 //! - [`ArtifactStore`] stages bytes in `tmp/`, hashes what it actually wrote, and publishes by an
 //!   atomic rename into `sha256/<aa>/<hex>`.
 //! - [`sniff`] names a media type from content, never letting a file name claim an active type.
+//! - [`names::validate_relative_path`] is the rule for every file name or relative path a user
+//!   chooses (uploads, artifact names in URLs, archive entries), percent-encoded forms included.
+//! - [`zipcheck::check_zip`] decides whether an uploaded ZIP is safe to keep: entry names, no
+//!   symlinks, no duplicates, no encryption, and bounded expansion (zip bombs).
 //!
 //! Architecture invariants:
 //! - No `unsafe` here (`unsafe_code = "forbid"` via the workspace lints); raw descriptors come
@@ -25,9 +29,11 @@
 mod collect;
 mod error;
 mod name;
+pub mod names;
 mod open;
 mod sniff;
 mod store;
+pub mod zipcheck;
 
 pub use collect::{Budget, Collected, collect_into, read_bounded};
 pub use error::FileError;

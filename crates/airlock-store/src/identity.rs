@@ -424,6 +424,7 @@ impl Store {
         audit: AuditRecord,
     ) -> Result<()> {
         let mut tx = self.pool.begin().await?;
+        lock_workspace(&mut tx, workspace).await?;
         sqlx::query(
             "INSERT INTO memberships (workspace_id, user_id, role, created_at) VALUES ($1, $2, $3, $4) \
              ON CONFLICT (workspace_id, user_id) DO UPDATE SET role = excluded.role",
@@ -434,6 +435,7 @@ impl Store {
         .bind(now)
         .execute(&mut *tx)
         .await?;
+        keeps_an_owner(&mut tx, workspace).await?;
         self.audit_in(&mut tx, workspace, audit).await?;
         tx.commit().await?;
         Ok(())
@@ -450,6 +452,7 @@ impl Store {
         audit: AuditRecord,
     ) -> Result<bool> {
         let mut tx = self.pool.begin().await?;
+        lock_workspace(&mut tx, workspace).await?;
         let n = sqlx::query("DELETE FROM memberships WHERE workspace_id = $1 AND user_id = $2")
             .bind(workspace)
             .bind(user_id)
@@ -460,6 +463,7 @@ impl Store {
             tx.rollback().await?;
             return Ok(false);
         }
+        keeps_an_owner(&mut tx, workspace).await?;
         sqlx::query(
             "UPDATE api_keys SET revoked_at = $1 WHERE workspace_id = $2 AND user_id = $3 AND revoked_at IS NULL",
         )
@@ -471,6 +475,19 @@ impl Store {
         self.audit_in(&mut tx, workspace, audit).await?;
         tx.commit().await?;
         Ok(true)
+    }
+
+    /// Revokes every live API key of a user, in every workspace (after a
+    /// password reset). Returns how many.
+    pub async fn revoke_api_keys_of(&self, user_id: &str, now: i64) -> Result<u64> {
+        Ok(sqlx::query(
+            "UPDATE api_keys SET revoked_at = $1 WHERE user_id = $2 AND revoked_at IS NULL",
+        )
+        .bind(now)
+        .bind(user_id)
+        .execute(&self.pool)
+        .await?
+        .rows_affected())
     }
 
     /// How many members of `workspace` hold `role`.
@@ -888,4 +905,30 @@ impl Store {
         .fetch_optional(&self.pool)
         .await?)
     }
+}
+
+/// Serialises membership changes of one workspace: a row lock on
+/// PostgreSQL, the write lock on SQLite (a write that changes nothing).
+async fn lock_workspace(tx: &mut sqlx::Transaction<'_, sqlx::Any>, workspace: &str) -> Result<()> {
+    sqlx::query("UPDATE workspaces SET name = name WHERE id = $1")
+        .bind(workspace)
+        .execute(&mut **tx)
+        .await?;
+    Ok(())
+}
+
+/// IAM-7: a workspace keeps at least one owner. Checked inside the
+/// change's transaction, after it, so two owners demoting each other at
+/// once cannot both succeed.
+async fn keeps_an_owner(tx: &mut sqlx::Transaction<'_, sqlx::Any>, workspace: &str) -> Result<()> {
+    let owners: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM memberships WHERE workspace_id = $1 AND role = 'owner'",
+    )
+    .bind(workspace)
+    .fetch_one(&mut **tx)
+    .await?;
+    if owners == 0 {
+        return Err(StoreError::LastOwner);
+    }
+    Ok(())
 }

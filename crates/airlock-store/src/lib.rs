@@ -16,8 +16,15 @@
 
 mod identity;
 mod ids;
+mod quotas;
+mod schedules;
 mod store;
+mod uploads;
+mod webhooks;
 
 pub use identity::*;
 pub use ids::{hex, random_id, sha256_hex};
+pub use schedules::*;
 pub use store::*;
+pub use uploads::*;
+pub use webhooks::*;

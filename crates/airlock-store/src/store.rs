@@ -35,6 +35,8 @@ pub enum StoreError {
     Audit(String),
     #[error("already exists")]
     Conflict,
+    #[error("a workspace keeps at least one owner")]
+    LastOwner,
 }
 
 impl From<sqlx::Error> for StoreError {

@@ -1545,3 +1545,506 @@ async fn iam_4_mfa_steps_and_recovery_codes_are_single_use(store: Store) {
     );
 }
 both!(iam_4_mfa_steps_and_recovery_codes_are_single_use);
+
+async fn api_9_webhook_secret_versions_rotate_retire_and_are_workspace_scoped(store: Store) {
+    let ws = DEFAULT_WORKSPACE;
+    let rotated = || AuditRecord::system("webhook.secret_rotated", None);
+    assert!(
+        store
+            .webhook_secret_versions(ws, "hook")
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    for (at, want) in [(1_000, 1), (2_000, 2), (3_000, 3)] {
+        let v = store
+            .add_webhook_secret_version(ws, "hook", at, rotated())
+            .await
+            .unwrap();
+        assert_eq!(v, want);
+    }
+    assert_eq!(
+        store.webhook_secret_versions(ws, "hook").await.unwrap(),
+        vec![(3, 3_000), (2, 2_000), (1, 1_000)]
+    );
+    // Retiring is once: a second call (or a concurrent one) gets nothing.
+    assert_eq!(
+        store
+            .retire_webhook_secrets_before(ws, "hook", 2, 4_000)
+            .await
+            .unwrap(),
+        vec![1]
+    );
+    assert!(
+        store
+            .retire_webhook_secrets_before(ws, "hook", 2, 4_000)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(
+        store.webhook_secret_versions(ws, "hook").await.unwrap(),
+        vec![(3, 3_000), (2, 2_000)]
+    );
+    // A retired version's number is never reused.
+    assert_eq!(
+        store
+            .add_webhook_secret_version(ws, "hook", 5_000, rotated())
+            .await
+            .unwrap(),
+        4
+    );
+    // Another worker and another workspace count on their own.
+    assert_eq!(
+        store
+            .add_webhook_secret_version(ws, "other", 1_000, rotated())
+            .await
+            .unwrap(),
+        1
+    );
+    store.ensure_workspace("ws_other", "other").await.unwrap();
+    assert!(
+        store
+            .webhook_secret_versions("ws_other", "hook")
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(
+        store
+            .add_webhook_secret_version("ws_other", "hook", 1_000, rotated())
+            .await
+            .unwrap(),
+        1
+    );
+    assert_eq!(
+        store
+            .retire_webhook_secrets_before("ws_other", "hook", 99, 6_000)
+            .await
+            .unwrap(),
+        vec![1]
+    );
+    assert_eq!(
+        store.webhook_secret_versions(ws, "hook").await.unwrap(),
+        vec![(4, 5_000), (3, 3_000), (2, 2_000)]
+    );
+    // Concurrent rotations get distinct versions.
+    let mut tasks = Vec::new();
+    for _ in 0..6 {
+        let s = store.clone();
+        tasks.push(tokio::spawn(async move {
+            s.add_webhook_secret_version(
+                DEFAULT_WORKSPACE,
+                "busy",
+                1_000,
+                AuditRecord::system("webhook.secret_rotated", None),
+            )
+            .await
+            .unwrap()
+        }));
+    }
+    let mut got = Vec::new();
+    for t in tasks {
+        got.push(t.await.unwrap());
+    }
+    got.sort_unstable();
+    assert_eq!(got, vec![1, 2, 3, 4, 5, 6]);
+    // Rotation and retirement are audited in the workspace's chain.
+    let lines = store.audit_lines(ws).await.unwrap().join("\n");
+    assert!(lines.contains("webhook.secret_rotated"));
+    assert!(lines.contains("webhook.secret_retired"));
+    assert!(
+        !store
+            .audit_lines("ws_other")
+            .await
+            .unwrap()
+            .join("\n")
+            .contains("\"worker\":\"other\"")
+    );
+}
+both!(api_9_webhook_secret_versions_rotate_retire_and_are_workspace_scoped);
+
+async fn api_9_replay_store_accepts_each_delivery_once(store: Store) {
+    let ws = DEFAULT_WORKSPACE;
+    store.ensure_workspace("ws_other", "other").await.unwrap();
+    assert!(
+        store
+            .record_delivery(ws, "hook", "d1", 1_000)
+            .await
+            .unwrap()
+    );
+    assert!(
+        !store
+            .record_delivery(ws, "hook", "d1", 1_500)
+            .await
+            .unwrap()
+    );
+    // The same id at another endpoint or in another workspace is news.
+    assert!(
+        store
+            .record_delivery(ws, "other", "d1", 1_000)
+            .await
+            .unwrap()
+    );
+    assert!(
+        store
+            .record_delivery("ws_other", "hook", "d1", 1_000)
+            .await
+            .unwrap()
+    );
+    // Two (and more) concurrent copies of one delivery: exactly one wins.
+    for round in 0..3 {
+        let id = format!("race-{round}");
+        let mut tasks = Vec::new();
+        for _ in 0..8 {
+            let (s, id) = (store.clone(), id.clone());
+            tasks.push(tokio::spawn(async move {
+                s.record_delivery(DEFAULT_WORKSPACE, "hook", &id, 3_000)
+                    .await
+                    .unwrap()
+            }));
+        }
+        let mut wins = 0;
+        for t in tasks {
+            wins += usize::from(t.await.unwrap());
+        }
+        assert_eq!(wins, 1, "{id}");
+    }
+    // The run link is per workspace and endpoint.
+    assert_eq!(
+        store.delivery_run(ws, "hook", "d1").await.unwrap(),
+        Some(None)
+    );
+    store
+        .set_delivery_run(ws, "hook", "d1", "run_a")
+        .await
+        .unwrap();
+    store
+        .set_delivery_run("ws_other", "hook", "d9", "run_b")
+        .await
+        .unwrap();
+    assert_eq!(
+        store.delivery_run(ws, "hook", "d1").await.unwrap(),
+        Some(Some("run_a".into()))
+    );
+    assert_eq!(
+        store.delivery_run("ws_other", "hook", "d1").await.unwrap(),
+        Some(None)
+    );
+    assert_eq!(store.delivery_run(ws, "hook", "d9").await.unwrap(), None);
+    // Pruning forgets old ids only; a forgotten id is news again.
+    assert_eq!(store.prune_deliveries(2_000).await.unwrap(), 3);
+    assert!(
+        store
+            .record_delivery(ws, "hook", "d1", 4_000)
+            .await
+            .unwrap()
+    );
+    assert!(
+        !store
+            .record_delivery(ws, "hook", "race-0", 4_000)
+            .await
+            .unwrap()
+    );
+}
+both!(api_9_replay_store_accepts_each_delivery_once);
+
+// ------------------------------------------------------------ uploads (API-5)
+
+fn upload(id: &str, ws: &str, user: &str, at: i64) -> UploadRecord {
+    UploadRecord {
+        id: id.into(),
+        workspace_id: ws.into(),
+        user_id: user.into(),
+        name: format!("{id}/report.txt"),
+        digest: "ab".repeat(32),
+        size: 42,
+        media_type: "text/plain".into(),
+        created_at: at,
+    }
+}
+
+async fn api_5_uploads_are_recorded_audited_and_workspace_scoped(store: Store) {
+    store.ensure_workspace("ws_a", "a").await.unwrap();
+    store.ensure_workspace("ws_b", "b").await.unwrap();
+    let u1 = upload("upl_1", "ws_a", "usr_1", 100);
+    store
+        .create_upload(&u1, rec("upload.created"))
+        .await
+        .unwrap();
+    assert_eq!(
+        store.get_upload("ws_a", "upl_1").await.unwrap(),
+        Some(u1.clone())
+    );
+    // Another workspace's id answers exactly like a missing one.
+    assert_eq!(store.get_upload("ws_b", "upl_1").await.unwrap(), None);
+    assert_eq!(store.get_upload("ws_a", "upl_missing").await.unwrap(), None);
+    assert!(
+        store
+            .list_uploads("ws_b", "usr_1", 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    // The audit event landed in the same workspace's chain, and only there.
+    let a_lines = store.audit_lines("ws_a").await.unwrap();
+    assert_eq!(kinds(&a_lines), ["upload.created"]);
+    assert!(store.audit_lines("ws_b").await.unwrap().is_empty());
+
+    // A reused id is a conflict in any workspace, and writes neither row nor audit event.
+    let clash = upload("upl_1", "ws_b", "usr_2", 101);
+    assert!(matches!(
+        store.create_upload(&clash, rec("upload.created")).await,
+        Err(StoreError::Conflict)
+    ));
+    assert_eq!(store.get_upload("ws_b", "upl_1").await.unwrap(), None);
+    assert!(store.audit_lines("ws_b").await.unwrap().is_empty());
+    assert_eq!(store.audit_lines("ws_a").await.unwrap().len(), 1);
+}
+both!(api_5_uploads_are_recorded_audited_and_workspace_scoped);
+
+async fn api_5_upload_lists_are_per_user_newest_first_and_limited(store: Store) {
+    store.ensure_workspace("ws_a", "a").await.unwrap();
+    store.ensure_workspace("ws_b", "b").await.unwrap();
+    for (id, ws, user, at) in [
+        ("upl_1", "ws_a", "usr_1", 100),
+        ("upl_2", "ws_a", "usr_1", 300),
+        ("upl_3", "ws_a", "usr_1", 200),
+        ("upl_4", "ws_a", "usr_2", 400),
+        ("upl_5", "ws_b", "usr_1", 500),
+    ] {
+        store
+            .create_upload(&upload(id, ws, user, at), rec("upload.created"))
+            .await
+            .unwrap();
+    }
+    let ids = |v: Vec<UploadRecord>| v.into_iter().map(|u| u.id).collect::<Vec<_>>();
+    assert_eq!(
+        ids(store.list_uploads("ws_a", "usr_1", 10).await.unwrap()),
+        ["upl_2", "upl_3", "upl_1"]
+    );
+    assert_eq!(
+        ids(store.list_uploads("ws_a", "usr_1", 2).await.unwrap()),
+        ["upl_2", "upl_3"]
+    );
+    // A limit below one still answers with one row; one above the cap is clamped.
+    assert_eq!(
+        ids(store.list_uploads("ws_a", "usr_1", 0).await.unwrap()),
+        ["upl_2"]
+    );
+    assert_eq!(
+        store
+            .list_uploads("ws_a", "usr_1", i64::MAX)
+            .await
+            .unwrap()
+            .len(),
+        3
+    );
+    assert_eq!(
+        ids(store.list_uploads("ws_a", "usr_2", 10).await.unwrap()),
+        ["upl_4"]
+    );
+    assert_eq!(
+        ids(store.list_uploads("ws_b", "usr_1", 10).await.unwrap()),
+        ["upl_5"]
+    );
+    assert!(
+        store
+            .list_uploads("ws_b", "usr_2", 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+both!(api_5_upload_lists_are_per_user_newest_first_and_limited);
+
+async fn run_6_schedule_fire_is_claimed_exactly_once(store: Store) {
+    let fire = 1_800_000_900_000;
+    let mut handles = Vec::new();
+    for _ in 0..8 {
+        let s = store.clone();
+        handles.push(tokio::spawn(async move {
+            s.claim_fire(DEFAULT_WORKSPACE, "nightly", 1, fire, fire + 5)
+                .await
+                .unwrap()
+        }));
+    }
+    let mut won = 0;
+    for h in handles {
+        if h.await.unwrap() {
+            won += 1;
+        }
+    }
+    assert_eq!(won, 1, "exactly one of 8 concurrent claims wins");
+    // Claimed, no outcome yet.
+    let latest = store
+        .latest_fire(DEFAULT_WORKSPACE, "nightly", 1)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (latest.fire_at, latest.outcome.as_str(), latest.run_id),
+        (fire, FIRE_CLAIMED, None)
+    );
+    assert_eq!(
+        store
+            .last_fire(DEFAULT_WORKSPACE, "nightly", 1)
+            .await
+            .unwrap(),
+        Some(fire)
+    );
+    store
+        .set_fire_outcome(
+            DEFAULT_WORKSPACE,
+            "nightly",
+            1,
+            fire,
+            "created",
+            Some("run_x"),
+        )
+        .await
+        .unwrap();
+    let latest = store
+        .latest_fire(DEFAULT_WORKSPACE, "nightly", 1)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(latest.outcome, "created");
+    assert_eq!(latest.run_id.as_deref(), Some("run_x"));
+    // A claimed fire stays claimed: claiming again is refused.
+    assert!(
+        !store
+            .claim_fire(DEFAULT_WORKSPACE, "nightly", 1, fire, fire + 60_000)
+            .await
+            .unwrap()
+    );
+    // Another trigger index, worker or workspace is another fire.
+    assert!(
+        store
+            .claim_fire(DEFAULT_WORKSPACE, "nightly", 2, fire, fire)
+            .await
+            .unwrap()
+    );
+    assert!(
+        store
+            .claim_fire(DEFAULT_WORKSPACE, "daily", 1, fire, fire)
+            .await
+            .unwrap()
+    );
+    store.ensure_workspace("ws_other", "other").await.unwrap();
+    assert_eq!(
+        store.last_fire("ws_other", "nightly", 1).await.unwrap(),
+        None
+    );
+    assert!(
+        store
+            .claim_fire("ws_other", "nightly", 1, fire, fire)
+            .await
+            .unwrap()
+    );
+    // Recording an outcome needs a claim.
+    assert!(matches!(
+        store
+            .set_fire_outcome(DEFAULT_WORKSPACE, "nightly", 1, fire + 1, "created", None)
+            .await,
+        Err(StoreError::NotFound)
+    ));
+}
+both!(run_6_schedule_fire_is_claimed_exactly_once);
+
+async fn run_6_schedule_watermark_and_stale_takeover(store: Store) {
+    let t0 = 1_800_000_000_000;
+    assert_eq!(
+        store.latest_fire(DEFAULT_WORKSPACE, "w", 0).await.unwrap(),
+        None
+    );
+    // Arming is a watermark, not a fire.
+    store
+        .arm_schedule(DEFAULT_WORKSPACE, "w", 0, t0)
+        .await
+        .unwrap();
+    store
+        .arm_schedule(DEFAULT_WORKSPACE, "w", 0, t0)
+        .await
+        .unwrap();
+    let latest = store
+        .latest_fire(DEFAULT_WORKSPACE, "w", 0)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((latest.fire_at, latest.outcome.as_str()), (t0, FIRE_ARMED));
+    assert_eq!(
+        store.last_fire(DEFAULT_WORKSPACE, "w", 0).await.unwrap(),
+        None
+    );
+    // A claim left behind becomes stale; concurrent takeovers resolve to one.
+    let fire = t0 + 60_000;
+    assert!(
+        store
+            .claim_fire(DEFAULT_WORKSPACE, "w", 0, fire, fire)
+            .await
+            .unwrap()
+    );
+    assert!(
+        !store
+            .reclaim_fire(DEFAULT_WORKSPACE, "w", 0, fire, fire, fire + 1)
+            .await
+            .unwrap(),
+        "not stale yet"
+    );
+    let later = fire + 300_000;
+    let mut handles = Vec::new();
+    for _ in 0..4 {
+        let s = store.clone();
+        handles.push(tokio::spawn(async move {
+            s.reclaim_fire(DEFAULT_WORKSPACE, "w", 0, fire, fire + 1, later)
+                .await
+                .unwrap()
+        }));
+    }
+    let mut won = 0;
+    for h in handles {
+        if h.await.unwrap() {
+            won += 1;
+        }
+    }
+    assert_eq!(won, 1);
+    let latest = store
+        .latest_fire(DEFAULT_WORKSPACE, "w", 0)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((latest.fire_at, latest.created_at), (fire, later));
+    store
+        .set_fire_outcome(
+            DEFAULT_WORKSPACE,
+            "w",
+            0,
+            fire,
+            "skipped_missing_input",
+            None,
+        )
+        .await
+        .unwrap();
+    // Only claimed fires can be taken over.
+    assert!(
+        !store
+            .reclaim_fire(DEFAULT_WORKSPACE, "w", 0, fire, i64::MAX, later)
+            .await
+            .unwrap()
+    );
+    let fires = store
+        .list_fires(DEFAULT_WORKSPACE, "w", 0, 10)
+        .await
+        .unwrap();
+    let got: Vec<(i64, &str)> = fires
+        .iter()
+        .map(|f| (f.fire_at, f.outcome.as_str()))
+        .collect();
+    assert_eq!(got, [(fire, "skipped_missing_input"), (t0, FIRE_ARMED)]);
+    assert_eq!(
+        store.last_fire(DEFAULT_WORKSPACE, "w", 0).await.unwrap(),
+        Some(fire)
+    );
+}
+both!(run_6_schedule_watermark_and_stale_takeover);
