@@ -203,7 +203,12 @@ impl Service {
         if let Ok(mut c) = self.cancels.lock() {
             c.insert(run_id.clone(), cancel.clone());
         }
+        let started = std::time::Instant::now();
         let mut outcome = self.execute_inner(&claim, cancel.clone()).await;
+        crate::metrics::run_finished(
+            outcome.state,
+            u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+        );
         if let Ok(mut c) = self.cancels.lock() {
             c.remove(&run_id);
         }
@@ -652,6 +657,9 @@ impl Service {
                         .ok();
                 }
             };
+            crate::metrics::COUNTERS
+                .sandbox_launches
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             let result = Broker::new().run_with(
                 &spec,
                 Hooks {
@@ -672,6 +680,15 @@ impl Service {
             Ok(x) => x,
             Err(e) => return failed(RunState::Failed, "internal", e.to_string()),
         };
+        if let Some(s) = &egress_summary {
+            use std::sync::atomic::Ordering::Relaxed;
+            crate::metrics::COUNTERS
+                .egress_allowed
+                .fetch_add(s.allowed, Relaxed);
+            crate::metrics::COUNTERS
+                .egress_denied
+                .fetch_add(s.denied, Relaxed);
+        }
         let egress_json = egress_summary.map(|s| serde_json::to_value(s).unwrap_or_default());
         let r = match result {
             Ok(r) => r,

@@ -13,8 +13,12 @@
 //! other than through the broker.
 
 mod executor;
+pub mod metrics;
+pub mod schedule_eval;
+mod scheduler;
 pub mod secrets;
 mod service;
 
 pub use executor::ERROR_CODES;
+pub use scheduler::*;
 pub use service::*;

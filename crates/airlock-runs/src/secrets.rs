@@ -66,6 +66,12 @@ impl std::fmt::Debug for Secrets {
     }
 }
 
+/// One vault operation at a time in this process. An async operation holds
+/// the key directory's lock across awaits; a second one started meanwhile
+/// would find it locked and spin. Between processes the directory's own
+/// lock (with the bounded retry in `vault()`) still applies.
+static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 fn name(s: &str) -> Result<SecretName, SecretError> {
     if airlock_worker::is_platform_secret(s) {
         return Err(SecretError::Platform(s.to_string()));
@@ -147,6 +153,7 @@ impl Secrets {
         value: Vec<u8>,
         actor: &str,
     ) -> Result<u64, SecretError> {
+        let _turn = TURN.lock().await;
         let name = name(secret)?;
         if value.is_empty() {
             return Err(SecretError::Invalid(
@@ -185,6 +192,7 @@ impl Secrets {
         secret: &str,
         run_id: &str,
     ) -> Result<(SecretName, SecretValue), SecretError> {
+        let _turn = TURN.lock().await;
         let name = name(secret)?;
         let Some((version, json)) = self.store.get_secret(workspace, name.as_str()).await? else {
             return Err(SecretError::Missing(secret.to_string()));
@@ -215,6 +223,7 @@ impl Secrets {
         secret: &str,
         actor: &str,
     ) -> Result<bool, SecretError> {
+        let _turn = TURN.lock().await;
         let name = name(secret)?;
         let vault = self.vault()?;
         let stored = self.store.get_secret(workspace, name.as_str()).await?;
@@ -255,6 +264,7 @@ impl Secrets {
 
     /// Start-up check (KEY-3): a restored older database is refused.
     pub async fn startup_check(&self) -> Result<airlock_vault::StartupReport, SecretError> {
+        let _turn = TURN.lock().await;
         let mut refs = Vec::new();
         for (ws, n, v, _) in self.store.all_secrets().await? {
             if let Ok(name) = SecretName::parse(&n) {
@@ -266,6 +276,7 @@ impl Secrets {
 
     /// The operator's recovery for a legitimately restored backup.
     pub async fn accept_restore(&self) -> Result<usize, SecretError> {
+        let _turn = TURN.lock().await;
         let mut refs = Vec::new();
         for (ws, n, v, _) in self.store.all_secrets().await? {
             if let Ok(name) = SecretName::parse(&n) {
@@ -290,6 +301,7 @@ impl Secrets {
         &self,
         mut progress: impl FnMut(usize, usize),
     ) -> Result<(usize, usize), SecretError> {
+        let _turn = TURN.lock().await;
         let keys = self.store.all_data_keys().await?;
         let total = keys.len();
         let vault = self.vault()?;
