@@ -360,6 +360,26 @@ pub async fn authenticate(
     parts: &Parts,
     allow_pending: bool,
 ) -> Result<(Principal, Option<SessionRecord>), ApiError> {
+    let (p, s) = authenticate_inner(state, parts, allow_pending).await?;
+    // API-4: the identity's own bucket, per route class.
+    let identity = match &p.via {
+        Via::ApiKey { id, .. } | Via::Session { id } => id.as_str(),
+    };
+    if let Err(wait) = state.limits.check_identity(identity, &parts.method) {
+        return Err(ApiError::too_many(
+            "rate_limited",
+            "too many requests for this key or session",
+            wait,
+        ));
+    }
+    Ok((p, s))
+}
+
+async fn authenticate_inner(
+    state: &AppState,
+    parts: &Parts,
+    allow_pending: bool,
+) -> Result<(Principal, Option<SessionRecord>), ApiError> {
     if let Some(token) = bearer(&parts.headers)? {
         return Ok((principal_from_key(state, &token).await?, None));
     }

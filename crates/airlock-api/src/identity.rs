@@ -24,8 +24,7 @@ use crate::{ApiError, AppState};
 type JsonBody<T> = Result<Json<T>, JsonRejection>;
 
 fn body<T>(b: JsonBody<T>) -> Result<T, ApiError> {
-    b.map(|Json(v)| v)
-        .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "invalid_body", e.body_text()))
+    b.map(|Json(v)| v).map_err(ApiError::from)
 }
 
 fn invalid(msg: impl Into<String>) -> ApiError {
@@ -97,7 +96,7 @@ impl ClientMeta {
 
 // ---------------------------------------------------------------- bootstrap
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BootstrapBody {
     token: String,
@@ -108,6 +107,7 @@ pub struct BootstrapBody {
 }
 
 /// IAM-1: creates the first owner with the one-time capability, once.
+#[utoipa::path(post, path = "/v1/bootstrap", tag = "identity", request_body = BootstrapBody, responses((status = 201, description = "the first owner", body = Object), (status = "4XX", description = "error", body = crate::openapi::ErrorBody), (status = "5XX", description = "internal error", body = crate::openapi::ErrorBody)), security(()))]
 pub async fn bootstrap(
     State(s): State<AppState>,
     meta: ClientMeta,
@@ -173,7 +173,7 @@ pub async fn bootstrap(
 
 // ------------------------------------------------------------------ sessions
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct LoginBody {
     username: String,
@@ -209,7 +209,8 @@ async fn issue_session(
             meta.user_agent.as_deref(),
             meta.ip.as_deref(),
             now,
-            now.saturating_add(abs),
+            // A session that still owes its second factor lives minutes.
+            now.saturating_add(if mfa_pending { abs.min(600_000) } else { abs }),
         )
         .await?;
     let mut r = (
@@ -229,6 +230,7 @@ async fn issue_session(
 
 /// IAM-2: one generic failure, the same Argon2 work whether or not the
 /// account exists, throttled per account name and per client.
+#[utoipa::path(post, path = "/v1/session", tag = "identity", request_body = LoginBody, responses((status = 201, description = "a session cookie and CSRF token", body = Object), (status = "4XX", description = "error", body = crate::openapi::ErrorBody), (status = "5XX", description = "internal error", body = crate::openapi::ErrorBody)), security(()))]
 pub async fn login(
     State(s): State<AppState>,
     meta: ClientMeta,
@@ -310,7 +312,7 @@ pub async fn login(
     issue_session(&s, &user.id, mfa, &meta, StatusCode::CREATED).await
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MfaBody {
     #[serde(default)]
@@ -321,6 +323,7 @@ pub struct MfaBody {
 
 /// The second factor: a TOTP code (each step once) or a recovery code
 /// (each once). Success rotates the session.
+#[utoipa::path(post, path = "/v1/session/mfa", tag = "identity", request_body = MfaBody, responses((status = 200, description = "the rotated, full session", body = Object), (status = "4XX", description = "error", body = crate::openapi::ErrorBody), (status = "5XX", description = "internal error", body = crate::openapi::ErrorBody)))]
 pub async fn login_mfa(
     State(s): State<AppState>,
     sess: AnySession,
@@ -421,12 +424,20 @@ async fn verify_totp(s: &AppState, user_id: &str, code: &str, now: i64) -> Resul
 
 /// The signed-in user, their workspaces and (for the browser) a CSRF token
 /// is not repeated here: it is only returned at login.
+#[utoipa::path(get, path = "/v1/session", tag = "identity", responses((status = 200, description = "the signed-in user and workspaces", body = Object), (status = "4XX", description = "error", body = crate::openapi::ErrorBody), (status = "5XX", description = "internal error", body = crate::openapi::ErrorBody)))]
 pub async fn whoami(
     State(s): State<AppState>,
     p: Principal,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let store = s.service.store();
-    let workspaces = store.memberships_of(&p.user.id).await?;
+    let workspaces: Vec<Membership> = match &p.via {
+        Via::Session { .. } => store.memberships_of(&p.user.id).await?,
+        Via::ApiKey { workspace, .. } => store
+            .membership(workspace, &p.user.id)
+            .await?
+            .into_iter()
+            .collect(),
+    };
     let mfa = store
         .mfa(&p.user.id)
         .await?
@@ -444,6 +455,7 @@ pub async fn whoami(
 }
 
 /// Logout: the current session ends server-side and the cookie is cleared.
+#[utoipa::path(delete, path = "/v1/session", tag = "identity", responses((status = 204, description = "signed out"), (status = "4XX", description = "error", body = crate::openapi::ErrorBody), (status = "5XX", description = "internal error", body = crate::openapi::ErrorBody)))]
 pub async fn logout(State(s): State<AppState>, sess: AnySession) -> Result<Response, ApiError> {
     let now = s.auth.now();
     s.service
@@ -463,6 +475,18 @@ pub async fn logout(State(s): State<AppState>, sess: AnySession) -> Result<Respo
     Ok(r)
 }
 
+/// A key acts on its user's sessions only with the `keys.own` scope.
+fn may_manage_sessions(p: &Principal) -> Result<(), ApiError> {
+    match &p.via {
+        Via::ApiKey { scopes, .. } if !scopes.contains(&Permission::KeysOwn) => Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            "this key lacks the keys.own scope",
+        )),
+        _ => Ok(()),
+    }
+}
+
 fn session_id(p: &Principal) -> Option<&str> {
     match &p.via {
         Via::Session { id } => Some(id),
@@ -470,10 +494,12 @@ fn session_id(p: &Principal) -> Option<&str> {
     }
 }
 
+#[utoipa::path(get, path = "/v1/sessions", tag = "identity", responses((status = 200, description = "active sessions", body = Object), (status = "4XX", description = "error", body = crate::openapi::ErrorBody), (status = "5XX", description = "internal error", body = crate::openapi::ErrorBody)))]
 pub async fn list_sessions(
     State(s): State<AppState>,
     p: Principal,
 ) -> Result<Json<serde_json::Value>, ApiError> {
+    may_manage_sessions(&p)?;
     let now = s.auth.now();
     let current = session_id(&p);
     let list: Vec<_> = s
@@ -493,11 +519,13 @@ pub async fn list_sessions(
     Ok(Json(json!({"sessions": list})))
 }
 
+#[utoipa::path(delete, path = "/v1/sessions/{id}", tag = "identity", params(("id" = String, Path, description = "session id")), responses((status = 204, description = "revoked"), (status = "4XX", description = "error", body = crate::openapi::ErrorBody), (status = "5XX", description = "internal error", body = crate::openapi::ErrorBody)))]
 pub async fn revoke_session(
     State(s): State<AppState>,
     p: Principal,
     Path(id): Path<String>,
 ) -> Result<StatusCode, ApiError> {
+    may_manage_sessions(&p)?;
     let now = s.auth.now();
     if !s
         .service
@@ -520,10 +548,12 @@ pub async fn revoke_session(
 
 /// Logout-all: every other session of the user ends (the current one too
 /// when called with an API key).
+#[utoipa::path(post, path = "/v1/sessions/revoke-all", tag = "identity", responses((status = 200, description = "how many were revoked", body = Object), (status = "4XX", description = "error", body = crate::openapi::ErrorBody), (status = "5XX", description = "internal error", body = crate::openapi::ErrorBody)))]
 pub async fn revoke_all_sessions(
     State(s): State<AppState>,
     p: Principal,
 ) -> Result<Json<serde_json::Value>, ApiError> {
+    may_manage_sessions(&p)?;
     let now = s.auth.now();
     let n = s
         .service
@@ -554,9 +584,37 @@ fn session_only(p: &Principal) -> Result<(), ApiError> {
     }
 }
 
-/// Starts TOTP enrolment: a new secret, sealed in the vault, shown once.
-pub async fn mfa_enrol(State(s): State<AppState>, p: Principal) -> Result<Response, ApiError> {
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PasswordBody {
+    password: String,
+}
+
+/// Starts TOTP enrolment (the current password again): a new secret,
+/// sealed in the vault, shown once.
+#[utoipa::path(post, path = "/v1/mfa/totp", tag = "identity", request_body = PasswordBody, responses((status = 201, description = "a new TOTP secret, shown once", body = Object), (status = "4XX", description = "error", body = crate::openapi::ErrorBody), (status = "5XX", description = "internal error", body = crate::openapi::ErrorBody)))]
+pub async fn mfa_enrol(
+    State(s): State<AppState>,
+    p: Principal,
+    b: JsonBody<PasswordBody>,
+) -> Result<Response, ApiError> {
     session_only(&p)?;
+    let b = body(b)?;
+    // Re-authentication: a stolen session alone cannot enrol a factor and
+    // lock the real user out.
+    if !password::verify_password(p.user.password_hash.as_deref(), &b.password) {
+        audit(
+            &s,
+            SYSTEM_AUDIT,
+            AuditRecord::system("mfa.enrol_refused", None).with_actor(human(&p.user.id)),
+        )
+        .await?;
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "reauthentication_failed",
+            "the password is wrong",
+        ));
+    }
     let store = s.service.store();
     if store
         .mfa(&p.user.id)
@@ -593,7 +651,7 @@ pub async fn mfa_enrol(State(s): State<AppState>, p: Principal) -> Result<Respon
         .into_response())
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CodeBody {
     code: String,
@@ -601,6 +659,7 @@ pub struct CodeBody {
 
 /// Confirms enrolment with a first code; returns the ten recovery codes,
 /// once.
+#[utoipa::path(post, path = "/v1/mfa/totp/confirm", tag = "identity", request_body = CodeBody, responses((status = 200, description = "ten recovery codes, shown once", body = Object), (status = "4XX", description = "error", body = crate::openapi::ErrorBody), (status = "5XX", description = "internal error", body = crate::openapi::ErrorBody)))]
 pub async fn mfa_confirm(
     State(s): State<AppState>,
     p: Principal,
@@ -656,7 +715,7 @@ pub async fn mfa_confirm(
 
 // ------------------------------------------------------------ password reset
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ResetBody {
     token: String,
@@ -665,6 +724,7 @@ pub struct ResetBody {
 
 /// Consumes a single-use, expiring reset (or invitation) token: sets the
 /// password, clears TOTP and ends every session of that user.
+#[utoipa::path(post, path = "/v1/password/reset", tag = "identity", request_body = ResetBody, responses((status = 204, description = "password set"), (status = "4XX", description = "error", body = crate::openapi::ErrorBody), (status = "5XX", description = "internal error", body = crate::openapi::ErrorBody)), security(()))]
 pub async fn password_reset(
     State(s): State<AppState>,
     meta: ClientMeta,
@@ -700,6 +760,8 @@ pub async fn password_reset(
     store.set_password(&user_id, &hash).await?;
     store.mfa_remove(&user_id).await?;
     store.revoke_sessions_of(&user_id, None, now).await?;
+    // After a compromise the attacker's keys must die with the password.
+    store.revoke_api_keys_of(&user_id, now).await?;
     audit(
         &s,
         SYSTEM_AUDIT,
@@ -711,7 +773,7 @@ pub async fn password_reset(
 
 // ------------------------------------------------------------------ API keys
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct KeyBody {
     name: String,
@@ -726,6 +788,7 @@ const DEFAULT_KEY_LIFETIME: Duration = Duration::from_secs(90 * 86_400);
 
 /// IAM-5: a key is minted by a signed-in user, scoped to at most what that
 /// user holds now, and shown once.
+#[utoipa::path(post, path = "/v1/keys", tag = "identity", request_body = KeyBody, responses((status = 201, description = "the key, shown once", body = Object), (status = "4XX", description = "error", body = crate::openapi::ErrorBody), (status = "5XX", description = "internal error", body = crate::openapi::ErrorBody)))]
 pub async fn create_key(
     State(s): State<AppState>,
     c: Caller,
@@ -791,6 +854,7 @@ pub async fn create_key(
         .into_response())
 }
 
+#[utoipa::path(get, path = "/v1/keys", tag = "identity", responses((status = 200, description = "your keys in this workspace", body = Object), (status = "4XX", description = "error", body = crate::openapi::ErrorBody), (status = "5XX", description = "internal error", body = crate::openapi::ErrorBody)))]
 pub async fn list_keys(
     State(s): State<AppState>,
     c: Caller,
@@ -804,6 +868,7 @@ pub async fn list_keys(
     Ok(Json(json!({"api_keys": list})))
 }
 
+#[utoipa::path(delete, path = "/v1/keys/{id}", tag = "identity", params(("id" = String, Path, description = "key id")), responses((status = 204, description = "revoked"), (status = "4XX", description = "error", body = crate::openapi::ErrorBody), (status = "5XX", description = "internal error", body = crate::openapi::ErrorBody)))]
 pub async fn revoke_key(
     State(s): State<AppState>,
     c: Caller,
@@ -833,13 +898,14 @@ pub async fn revoke_key(
 
 // --------------------------------------------------------- workspaces, members
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct WorkspaceBody {
     name: String,
 }
 
 /// A new workspace, owned by the signed-in user who creates it.
+#[utoipa::path(post, path = "/v1/workspaces", tag = "identity", request_body = WorkspaceBody, responses((status = 201, description = "the new workspace", body = Object), (status = "4XX", description = "error", body = crate::openapi::ErrorBody), (status = "5XX", description = "internal error", body = crate::openapi::ErrorBody)))]
 pub async fn create_workspace(
     State(s): State<AppState>,
     p: Principal,
@@ -859,6 +925,7 @@ pub async fn create_workspace(
     Ok((StatusCode::CREATED, Json(json!({"id": id, "name": name}))).into_response())
 }
 
+#[utoipa::path(get, path = "/v1/workspaces", tag = "identity", responses((status = 200, description = "your workspaces", body = Object), (status = "4XX", description = "error", body = crate::openapi::ErrorBody), (status = "5XX", description = "internal error", body = crate::openapi::ErrorBody)))]
 pub async fn list_workspaces(
     State(s): State<AppState>,
     p: Principal,
@@ -876,6 +943,7 @@ pub async fn list_workspaces(
     Ok(Json(json!({"workspaces": list})))
 }
 
+#[utoipa::path(get, path = "/v1/members", tag = "identity", responses((status = 200, description = "members", body = Object), (status = "4XX", description = "error", body = crate::openapi::ErrorBody), (status = "5XX", description = "internal error", body = crate::openapi::ErrorBody)))]
 pub async fn list_members(
     State(s): State<AppState>,
     c: Caller,
@@ -885,7 +953,7 @@ pub async fn list_members(
     Ok(Json(json!({"members": list})))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MemberBody {
     role: String,
@@ -932,6 +1000,7 @@ async fn not_last_owner(
 /// Adds a member or changes a role. An unknown username becomes an
 /// account without a password plus a single-use set-password token,
 /// returned once, for the administrator to hand over.
+#[utoipa::path(put, path = "/v1/members/{username}", tag = "identity", params(("username" = String, Path, description = "username")), request_body = MemberBody, responses((status = 200, description = "role changed (201: added)", body = Object), (status = "4XX", description = "error", body = crate::openapi::ErrorBody), (status = "5XX", description = "internal error", body = crate::openapi::ErrorBody)))]
 pub async fn put_member(
     State(s): State<AppState>,
     c: Caller,
@@ -948,12 +1017,29 @@ pub async fn put_member(
     let (user, setup_token) = match store.user_by_name(&username).await? {
         Some(u) => (u, None),
         None => {
+            // Accounts are instance-wide, so only the instance's
+            // administrators (members.manage in the workspace created at
+            // bootstrap) create them. Otherwise the owner of any workspace
+            // could create "carol", set her password with the setup token,
+            // and wait for the real owner to add "carol" elsewhere.
+            if c.workspace != s.service.config().workers_workspace {
+                return Err(ApiError::new(
+                    StatusCode::NOT_FOUND,
+                    "no_such_user",
+                    "no such user; accounts are created by the instance's administrators",
+                ));
+            }
             let u = match store.create_user(&username, None, now).await {
                 Ok(u) => u,
-                Err(StoreError::Conflict) => store
-                    .user_by_name(&username)
-                    .await?
-                    .ok_or_else(ApiError::not_found)?,
+                Err(StoreError::Conflict) => {
+                    // Lost a race with another invitation: the account
+                    // exists now and is not this caller's to set up.
+                    return Err(ApiError::new(
+                        StatusCode::CONFLICT,
+                        "conflict",
+                        "that account was just created; retry",
+                    ));
+                }
                 Err(e) => return Err(e.into()),
             };
             let token = keys::new_prefixed_token("alr");
@@ -1012,6 +1098,7 @@ pub async fn put_member(
         .into_response())
 }
 
+#[utoipa::path(delete, path = "/v1/members/{username}", tag = "identity", params(("username" = String, Path, description = "username")), responses((status = 204, description = "removed"), (status = "4XX", description = "error", body = crate::openapi::ErrorBody), (status = "5XX", description = "internal error", body = crate::openapi::ErrorBody)))]
 pub async fn delete_member(
     State(s): State<AppState>,
     c: Caller,
@@ -1048,6 +1135,7 @@ pub async fn delete_member(
 // --------------------------------------------------------------------- audit
 
 /// The workspace's audit chain (AUD-1) and whether it verifies.
+#[utoipa::path(get, path = "/v1/audit", tag = "audit", responses((status = 200, description = "the workspace audit chain and whether it verifies", body = Object), (status = "4XX", description = "error", body = crate::openapi::ErrorBody), (status = "5XX", description = "internal error", body = crate::openapi::ErrorBody)))]
 pub async fn list_audit(
     State(s): State<AppState>,
     c: Caller,

@@ -10,6 +10,12 @@
 
 pub mod auth;
 pub mod identity;
+pub mod limits;
+pub mod metrics;
+pub mod openapi;
+pub mod uploads;
+pub mod webhook_verify;
+pub mod webhooks;
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -22,27 +28,36 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{delete, get, post, put};
 use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::json;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use crate::auth::{Auth, Caller};
+use crate::limits::{LimitConfig, Limits};
 
 /// Shared state of the router.
 #[derive(Clone, Debug)]
 pub struct AppState {
     pub service: Arc<Service>,
     pub auth: Arc<Auth>,
+    pub limits: Arc<Limits>,
     /// Where the bootstrap capability was written (removed once used).
     pub bootstrap_file: Option<std::path::PathBuf>,
 }
 
 impl AppState {
+    /// State with the default limits ([`LimitConfig::default`]).
     pub fn new(service: Arc<Service>, auth: Auth) -> Self {
+        Self::with_limits(service, auth, LimitConfig::default())
+    }
+
+    pub fn with_limits(service: Arc<Service>, auth: Auth, limits: LimitConfig) -> Self {
         Self {
             service,
             auth: Arc::new(auth),
+            limits: Arc::new(Limits::new(limits)),
             bootstrap_file: None,
         }
     }
@@ -54,6 +69,7 @@ pub struct ApiError {
     status: StatusCode,
     code: &'static str,
     message: String,
+    retry_after: Option<Duration>,
 }
 
 impl ApiError {
@@ -62,15 +78,19 @@ impl ApiError {
             status,
             code,
             message: message.into(),
+            retry_after: None,
+        }
+    }
+    /// 429 with `Retry-After`.
+    pub fn too_many(code: &'static str, message: impl Into<String>, wait: Duration) -> Self {
+        Self {
+            retry_after: Some(wait),
+            ..Self::new(StatusCode::TOO_MANY_REQUESTS, code, message)
         }
     }
     pub fn not_found() -> Self {
         Self::new(StatusCode::NOT_FOUND, "not_found", "no such resource")
     }
-}
-
-fn request_id() -> String {
-    airlock_store::random_id("req")
 }
 
 impl IntoResponse for ApiError {
@@ -81,14 +101,17 @@ impl IntoResponse for ApiError {
         } else {
             self.message
         };
-        let rid = request_id();
+        let rid = limits::current_request_id();
         let mut r = (
             self.status,
             Json(json!({"error": {"code": self.code, "message": message, "request_id": rid}})),
         )
             .into_response();
-        if let Ok(v) = HeaderValue::from_str(&rid) {
-            r.headers_mut().insert("x-request-id", v);
+        if let Some(wait) = self.retry_after {
+            let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+            if let Ok(v) = HeaderValue::from_str(&secs.max(1).to_string()) {
+                r.headers_mut().insert(header::RETRY_AFTER, v);
+            }
         }
         r
     }
@@ -108,16 +131,176 @@ impl From<ServiceError> for ApiError {
     }
 }
 
+/// A body that could not be read or parsed: 413 when too large, 415 for a
+/// wrong content type, else 400; the message names the problem (a JSON
+/// position or field), never anything internal.
+impl From<axum::extract::rejection::JsonRejection> for ApiError {
+    fn from(e: axum::extract::rejection::JsonRejection) -> Self {
+        let status = e.status();
+        let code = match status {
+            StatusCode::PAYLOAD_TOO_LARGE => "body_too_large",
+            StatusCode::UNSUPPORTED_MEDIA_TYPE => "unsupported_media_type",
+            _ => "invalid_body",
+        };
+        let status = if status == StatusCode::UNPROCESSABLE_ENTITY {
+            StatusCode::BAD_REQUEST
+        } else {
+            status
+        };
+        Self::new(status, code, e.body_text())
+    }
+}
+
 impl From<airlock_store::StoreError> for ApiError {
     fn from(e: airlock_store::StoreError) -> Self {
+        if matches!(e, airlock_store::StoreError::LastOwner) {
+            return Self::new(
+                StatusCode::CONFLICT,
+                "last_owner",
+                "a workspace keeps at least one owner",
+            );
+        }
         ServiceError::from(e).into()
     }
 }
 
-/// Hardening headers on every response, errors included (API-3 subset).
+/// Hardening headers on every response, errors included (API-3), and one
+/// error shape for every error: a 4xx/5xx that did not come from
+/// [`ApiError`] (a path the router could not decode, a body over the
+/// limit) is rewritten into it.
 async fn harden(req: axum::extract::Request, next: axum::middleware::Next) -> Response {
     let mut r = next.run(req).await;
-    let h = r.headers_mut();
+    let is_json = r
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
+    if (r.status().is_client_error() || r.status().is_server_error()) && !is_json {
+        let status = r.status();
+        let code = match status {
+            StatusCode::PAYLOAD_TOO_LARGE => "body_too_large",
+            StatusCode::UNSUPPORTED_MEDIA_TYPE => "unsupported_media_type",
+            StatusCode::METHOD_NOT_ALLOWED => "method_not_allowed",
+            StatusCode::NOT_FOUND => "not_found",
+            s if s.is_server_error() => "internal",
+            _ => "invalid_request",
+        };
+        let message = status.canonical_reason().unwrap_or("error").to_lowercase();
+        let retry = r.headers().get(header::RETRY_AFTER).cloned();
+        r = ApiError::new(status, code, message).into_response();
+        if let Some(v) = retry {
+            r.headers_mut().insert(header::RETRY_AFTER, v);
+        }
+    }
+    hardening_headers(r.headers_mut());
+    r
+}
+
+/// The routes and their OpenAPI description, built together so neither
+/// can have a route the other lacks (API-1). Routes that need a path
+/// wildcard are added by hand in [`app`] and described by their
+/// `#[utoipa::path]` in [`openapi::ApiDoc`].
+pub fn api_router() -> OpenApiRouter<AppState> {
+    use utoipa::OpenApi;
+    OpenApiRouter::with_openapi(openapi::ApiDoc::openapi())
+        .routes(routes!(healthz))
+        .routes(routes!(readyz))
+        .routes(routes!(metrics::metrics))
+        .routes(routes!(openapi_json))
+        .routes(routes!(identity::bootstrap))
+        .routes(routes!(identity::login, identity::whoami, identity::logout))
+        .routes(routes!(identity::login_mfa))
+        .routes(routes!(identity::list_sessions))
+        .routes(routes!(identity::revoke_all_sessions))
+        .routes(routes!(identity::revoke_session))
+        .routes(routes!(identity::mfa_enrol))
+        .routes(routes!(identity::mfa_confirm))
+        .routes(routes!(identity::password_reset))
+        .routes(routes!(identity::list_keys, identity::create_key))
+        .routes(routes!(identity::revoke_key))
+        .routes(routes!(
+            identity::list_workspaces,
+            identity::create_workspace
+        ))
+        .routes(routes!(identity::list_members))
+        .routes(routes!(identity::put_member, identity::delete_member))
+        .routes(routes!(identity::list_audit))
+        .routes(routes!(list_workers))
+        .routes(routes!(reload_workers))
+        .routes(routes!(create_run))
+        .routes(routes!(list_runs))
+        .routes(routes!(get_run))
+        .routes(routes!(cancel_run))
+        .routes(routes!(run_events))
+        .routes(routes!(create_plan))
+        .routes(routes!(run_plan))
+        .routes(routes!(list_secrets))
+        .routes(routes!(put_secret, delete_secret))
+        .merge(uploads::routes())
+        .merge(webhooks::routes())
+}
+
+/// The OpenAPI document of this build.
+pub fn openapi_document() -> utoipa::openapi::OpenApi {
+    let (_, mut doc) = api_router().split_for_parts();
+    add_hand_routes(&mut doc);
+    doc
+}
+
+/// Describes the routes registered by hand (path wildcards).
+fn add_hand_routes(doc: &mut utoipa::openapi::OpenApi) {
+    use utoipa::Path as _;
+    let item = utoipa::openapi::PathItem::new(
+        utoipa::openapi::HttpMethod::Get,
+        __path_artifact::operation(),
+    );
+    doc.paths.paths.insert(__path_artifact::path(), item);
+}
+
+/// The router; tests call it without a socket.
+pub fn app(state: AppState) -> Router {
+    let hsts = state.auth.cfg.secure_cookies;
+    let (router, _) = api_router().split_for_parts();
+    router
+        .route(
+            "/v1/runs/{id}/artifacts/{*name}",
+            axum::routing::get(artifact),
+        )
+        .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no_route", "no such route") })
+        .method_not_allowed_fallback(|| async {
+            ApiError::new(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "method_not_allowed",
+                "this route does not take that method",
+            )
+        })
+        .layer(axum::extract::DefaultBodyLimit::max(1 << 20))
+        .layer(axum::middleware::from_fn(harden))
+        .layer(axum::middleware::from_fn(move |req, next| {
+            hsts_layer(hsts, req, next)
+        }))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            limits::guard,
+        ))
+        .with_state(state)
+}
+
+#[utoipa::path(get, path = "/healthz", tag = "health", responses((status = 200, description = "alive", body = String)), security(()))]
+async fn healthz() -> &'static str {
+    "ok"
+}
+
+/// The OpenAPI 3.1 document (API-1).
+#[utoipa::path(get, path = "/v1/openapi.json", tag = "health", responses((status = 200, description = "this document", body = Object)), security(()))]
+async fn openapi_json() -> Response {
+    static DOC: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let text = DOC.get_or_init(|| openapi_document().to_json().unwrap_or_default());
+    ([(header::CONTENT_TYPE, "application/json")], text.clone()).into_response()
+}
+
+/// The API-3 headers (idempotent; also applied to answers the limiter
+/// gives before any handler runs).
+pub(crate) fn hardening_headers(h: &mut HeaderMap) {
     h.insert(
         "x-content-type-options",
         HeaderValue::from_static("nosniff"),
@@ -128,79 +311,13 @@ async fn harden(req: axum::extract::Request, next: axum::middleware::Next) -> Re
         "content-security-policy",
         HeaderValue::from_static("default-src 'none'; frame-ancestors 'none'"),
     );
-    h.insert("cache-control", HeaderValue::from_static("no-store"));
+    if !h.contains_key(header::CACHE_CONTROL) {
+        h.insert("cache-control", HeaderValue::from_static("no-store"));
+    }
     h.insert(
         "permissions-policy",
         HeaderValue::from_static("camera=(), microphone=(), geolocation=(), interest-cohort=()"),
     );
-    if !h.contains_key("x-request-id")
-        && let Ok(v) = HeaderValue::from_str(&request_id())
-    {
-        h.insert("x-request-id", v);
-    }
-    r
-}
-
-/// The router; tests call it without a socket.
-pub fn app(state: AppState) -> Router {
-    let hsts = state.auth.cfg.secure_cookies;
-    Router::new()
-        .route("/healthz", get(|| async { "ok" }))
-        .route("/readyz", get(readyz))
-        .route("/v1/bootstrap", post(identity::bootstrap))
-        .route(
-            "/v1/session",
-            post(identity::login)
-                .get(identity::whoami)
-                .delete(identity::logout),
-        )
-        .route("/v1/session/mfa", post(identity::login_mfa))
-        .route("/v1/sessions", get(identity::list_sessions))
-        .route(
-            "/v1/sessions/revoke-all",
-            post(identity::revoke_all_sessions),
-        )
-        .route("/v1/sessions/{id}", delete(identity::revoke_session))
-        .route("/v1/mfa/totp", post(identity::mfa_enrol))
-        .route("/v1/mfa/totp/confirm", post(identity::mfa_confirm))
-        .route("/v1/password/reset", post(identity::password_reset))
-        .route(
-            "/v1/keys",
-            get(identity::list_keys).post(identity::create_key),
-        )
-        .route("/v1/keys/{id}", delete(identity::revoke_key))
-        .route(
-            "/v1/workspaces",
-            get(identity::list_workspaces).post(identity::create_workspace),
-        )
-        .route("/v1/members", get(identity::list_members))
-        .route(
-            "/v1/members/{username}",
-            put(identity::put_member).delete(identity::delete_member),
-        )
-        .route("/v1/audit", get(identity::list_audit))
-        .route("/v1/workers", get(list_workers))
-        .route("/v1/workers/reload", post(reload_workers))
-        .route("/v1/workers/{id}/runs", post(create_run))
-        .route("/v1/runs", get(list_runs))
-        .route("/v1/runs/{id}", get(get_run))
-        .route("/v1/runs/{id}/cancel", post(cancel_run))
-        .route("/v1/runs/{id}/events", get(run_events))
-        .route("/v1/runs/{id}/artifacts/{*name}", get(artifact))
-        .route("/v1/plans", post(create_plan))
-        .route("/v1/plans/run", post(run_plan))
-        .route("/v1/secrets", get(list_secrets))
-        .route(
-            "/v1/secrets/{name}",
-            axum::routing::put(put_secret).delete(delete_secret),
-        )
-        .fallback(|| async { ApiError::not_found() })
-        .layer(axum::extract::DefaultBodyLimit::max(1 << 20))
-        .layer(axum::middleware::from_fn(harden))
-        .layer(axum::middleware::from_fn(move |req, next| {
-            hsts_layer(hsts, req, next)
-        }))
-        .with_state(state)
 }
 
 /// HSTS only when the server is reached over TLS (API-3).
@@ -219,13 +336,78 @@ async fn hsts_layer(
     r
 }
 
+#[utoipa::path(get, path = "/readyz", tag = "health", responses((status = 200, description = "database reachable and schema current", body = Object), (status = "4XX", description = "error", body = crate::openapi::ErrorBody), (status = "5XX", description = "internal error", body = crate::openapi::ErrorBody)), security(()))]
 async fn readyz(State(s): State<AppState>) -> Response {
     match s.service.store().ready().await {
-        Ok(true) => (StatusCode::OK, "ready").into_response(),
-        _ => (StatusCode::SERVICE_UNAVAILABLE, "not ready").into_response(),
+        Ok(true) => Json(json!({"status": "ready"})).into_response(),
+        _ => ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "not_ready",
+            "the database is unreachable or its schema is not current",
+        )
+        .into_response(),
     }
 }
 
+/// API-4: one unit of the creator's and the workspace's daily run quota,
+/// durable in the database. Returns what to give back if creation fails.
+async fn take_run_quota(s: &AppState, c: &Caller) -> Result<Vec<(String, i64)>, ApiError> {
+    let cfg = &s.limits.cfg;
+    take_quotas(
+        s,
+        &[
+            (format!("user:{}", c.actor()), cfg.runs_per_user_per_day),
+            (
+                format!("ws:{}", c.workspace),
+                cfg.runs_per_workspace_per_day,
+            ),
+        ],
+    )
+    .await
+}
+
+/// Takes one unit of each `(subject, daily limit)` or none of them: 429
+/// `quota_exceeded` with `Retry-After` (the end of the UTC day) when any
+/// is used up.
+pub(crate) async fn take_quotas(
+    s: &AppState,
+    subjects: &[(String, i64)],
+) -> Result<Vec<(String, i64)>, ApiError> {
+    let now = s.auth.now();
+    let day = now - now.rem_euclid(86_400_000);
+    let store = s.service.store();
+    let mut taken: Vec<(String, i64)> = Vec::new();
+    for (subject, limit) in subjects {
+        if *limit == i64::MAX {
+            continue;
+        }
+        if !store.take_quota(subject, day, *limit).await? {
+            for (sub, d) in &taken {
+                store.give_back_quota(sub, *d).await?;
+            }
+            s.limits
+                .counters
+                .rejected_quota
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let wait = u64::try_from(day + 86_400_000 - now).unwrap_or(1);
+            return Err(ApiError::too_many(
+                "quota_exceeded",
+                "the daily run quota is used up",
+                Duration::from_millis(wait),
+            ));
+        }
+        taken.push((subject.clone(), day));
+    }
+    Ok(taken)
+}
+
+pub(crate) async fn give_back(s: &AppState, taken: Vec<(String, i64)>) {
+    for (sub, d) in taken {
+        let _ = s.service.store().give_back_quota(&sub, d).await;
+    }
+}
+
+#[utoipa::path(get, path = "/v1/workers", tag = "workers", responses((status = 200, description = "workers visible to the workspace", body = Object), (status = "4XX", description = "error", body = crate::openapi::ErrorBody), (status = "5XX", description = "internal error", body = crate::openapi::ErrorBody)))]
 async fn list_workers(
     State(s): State<AppState>,
     c: Caller,
@@ -246,6 +428,7 @@ async fn list_workers(
 }
 
 /// Reloading the workers folder is for the workspace that owns it.
+#[utoipa::path(post, path = "/v1/workers/reload", tag = "workers", responses((status = 200, description = "reloaded", body = Object), (status = "4XX", description = "error", body = crate::openapi::ErrorBody), (status = "5XX", description = "internal error", body = crate::openapi::ErrorBody)))]
 async fn reload_workers(
     State(s): State<AppState>,
     c: Caller,
@@ -259,13 +442,15 @@ async fn reload_workers(
     Ok(Json(json!({"loaded": ids, "errors": errors})))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct CreateBody {
     #[serde(default)]
+    #[schema(value_type = Object)]
     input: serde_json::Value,
 }
 
+#[utoipa::path(post, path = "/v1/workers/{id}/runs", tag = "runs", params(("id" = String, Path, description = "worker id"), ("Idempotency-Key" = Option<String>, Header, description = "same key and request return the original run")), request_body = CreateBody, responses((status = 201, description = "created (200: the original run of this idempotency key)", body = Object), (status = "4XX", description = "error", body = crate::openapi::ErrorBody), (status = "5XX", description = "internal error", body = crate::openapi::ErrorBody)))]
 async fn create_run(
     State(s): State<AppState>,
     c: Caller,
@@ -274,8 +459,7 @@ async fn create_run(
     body: Result<Json<CreateBody>, axum::extract::rejection::JsonRejection>,
 ) -> Result<Response, ApiError> {
     c.require(Permission::RunsCreate)?;
-    let Json(body) =
-        body.map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "invalid_body", e.body_text()))?;
+    let Json(body) = body.map_err(ApiError::from)?;
     let key = match headers.get("idempotency-key") {
         Some(v) => Some(
             v.to_str()
@@ -295,7 +479,8 @@ async fn create_run(
     } else {
         body.input
     };
-    let created = s
+    let taken = take_run_quota(&s, &c).await?;
+    let created = match s
         .service
         .create_run(CreateRun {
             workspace: c.workspace.clone(),
@@ -305,7 +490,20 @@ async fn create_run(
             actor: c.actor().to_string(),
             idempotency_key: key,
         })
-        .await?;
+        .await
+    {
+        Ok(created) => {
+            if !created.created {
+                // An idempotent replay created nothing.
+                give_back(&s, taken).await;
+            }
+            created
+        }
+        Err(e) => {
+            give_back(&s, taken).await;
+            return Err(e.into());
+        }
+    };
     let status = if created.created {
         StatusCode::CREATED
     } else {
@@ -314,7 +512,8 @@ async fn create_run(
     Ok((status, Json(json!({"run": created.run}))).into_response())
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 struct ListQuery {
     state: Option<String>,
@@ -322,6 +521,7 @@ struct ListQuery {
     cursor: Option<String>,
 }
 
+#[utoipa::path(get, path = "/v1/runs", tag = "runs", params(ListQuery), responses((status = 200, description = "runs, newest first, with next_cursor", body = Object), (status = "4XX", description = "error", body = crate::openapi::ErrorBody), (status = "5XX", description = "internal error", body = crate::openapi::ErrorBody)))]
 async fn list_runs(
     State(s): State<AppState>,
     c: Caller,
@@ -357,6 +557,7 @@ async fn list_runs(
     Ok(Json(json!({"runs": runs, "next_cursor": next})))
 }
 
+#[utoipa::path(get, path = "/v1/runs/{id}", tag = "runs", params(("id" = String, Path, description = "run id")), responses((status = 200, description = "the run, its queue position and artifacts", body = Object), (status = "4XX", description = "error", body = crate::openapi::ErrorBody), (status = "5XX", description = "internal error", body = crate::openapi::ErrorBody)))]
 async fn get_run(
     State(s): State<AppState>,
     c: Caller,
@@ -371,6 +572,7 @@ async fn get_run(
     ))
 }
 
+#[utoipa::path(post, path = "/v1/runs/{id}/cancel", tag = "runs", params(("id" = String, Path, description = "run id")), responses((status = 200, description = "cancelled or cancelling (idempotent)", body = Object), (status = "4XX", description = "error", body = crate::openapi::ErrorBody), (status = "5XX", description = "internal error", body = crate::openapi::ErrorBody)))]
 async fn cancel_run(
     State(s): State<AppState>,
     c: Caller,
@@ -382,6 +584,7 @@ async fn cancel_run(
 }
 
 /// API-6: live events over SSE, resumable with `Last-Event-ID`.
+#[utoipa::path(get, path = "/v1/runs/{id}/events", tag = "runs", params(("id" = String, Path, description = "run id"), ("Last-Event-ID" = Option<String>, Header, description = "resume after this event")), responses((status = 200, description = "server-sent events", content_type = "text/event-stream", body = String), (status = "4XX", description = "error", body = crate::openapi::ErrorBody), (status = "5XX", description = "internal error", body = crate::openapi::ErrorBody)))]
 async fn run_events(
     State(s): State<AppState>,
     c: Caller,
@@ -390,6 +593,15 @@ async fn run_events(
 ) -> Result<Response, ApiError> {
     c.require(Permission::RunsRead)?;
     s.service.get(&c.workspace, &id).await?;
+    // API-6: a per-user cap on concurrent streams; the slot travels with
+    // the stream and is freed when the client goes away.
+    let slot = s.limits.open_stream(c.actor()).ok_or_else(|| {
+        ApiError::too_many(
+            "too_many_streams",
+            "too many open event streams for this user",
+            Duration::from_secs(5),
+        )
+    })?;
     let ws = c.workspace.clone();
     let after: i64 = headers
         .get("last-event-id")
@@ -439,12 +651,17 @@ async fn run_events(
         },
     );
     use futures_util::StreamExt;
-    let flat = stream.flatten();
+    // The closure owns the stream slot: it is dropped with the stream.
+    let flat = stream.flatten().map(move |e| {
+        let _held = &slot;
+        e
+    });
     Ok(Sse::new(flat)
         .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
         .into_response())
 }
 
+#[utoipa::path(get, path = "/v1/runs/{id}/artifacts/{name}", tag = "runs", params(("id" = String, Path, description = "run id"), ("name" = String, Path, description = "artifact name (may contain /)")), responses((status = 200, description = "the artifact, as an attachment", content_type = "application/octet-stream", body = Vec<u8>), (status = "4XX", description = "error", body = crate::openapi::ErrorBody), (status = "5XX", description = "internal error", body = crate::openapi::ErrorBody)))]
 async fn artifact(
     State(s): State<AppState>,
     c: Caller,
@@ -501,6 +718,7 @@ fn secret_error(e: airlock_runs::secrets::SecretError) -> ApiError {
 }
 
 /// KEY-4: metadata only, never a value.
+#[utoipa::path(get, path = "/v1/secrets", tag = "secrets", responses((status = 200, description = "metadata only", body = Object), (status = "4XX", description = "error", body = crate::openapi::ErrorBody), (status = "5XX", description = "internal error", body = crate::openapi::ErrorBody)))]
 async fn list_secrets(
     State(s): State<AppState>,
     c: Caller,
@@ -520,12 +738,13 @@ async fn list_secrets(
     Ok(Json(json!({"secrets": list})))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct SecretBody {
     value: String,
 }
 
+#[utoipa::path(put, path = "/v1/secrets/{name}", tag = "secrets", params(("name" = String, Path, description = "secret name")), request_body = SecretBody, responses((status = 200, description = "stored", body = Object), (status = "4XX", description = "error", body = crate::openapi::ErrorBody), (status = "5XX", description = "internal error", body = crate::openapi::ErrorBody)))]
 async fn put_secret(
     State(s): State<AppState>,
     c: Caller,
@@ -533,8 +752,7 @@ async fn put_secret(
     body: Result<Json<SecretBody>, axum::extract::rejection::JsonRejection>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     c.require(Permission::SecretsWrite)?;
-    let Json(body) =
-        body.map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "invalid_body", e.body_text()))?;
+    let Json(body) = body.map_err(ApiError::from)?;
     let version = s
         .service
         .secrets()
@@ -544,6 +762,7 @@ async fn put_secret(
     Ok(Json(json!({"name": name, "version": version})))
 }
 
+#[utoipa::path(delete, path = "/v1/secrets/{name}", tag = "secrets", params(("name" = String, Path, description = "secret name")), responses((status = 204, description = "deleted"), (status = "4XX", description = "error", body = crate::openapi::ErrorBody), (status = "5XX", description = "internal error", body = crate::openapi::ErrorBody)))]
 async fn delete_secret(
     State(s): State<AppState>,
     c: Caller,
@@ -562,25 +781,26 @@ async fn delete_secret(
     }
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct PlanBody {
     worker: String,
     #[serde(default)]
+    #[schema(value_type = Object)]
     input: serde_json::Value,
     #[serde(default)]
     ttl_s: Option<u64>,
 }
 
 /// DUR-3: an opaque, single-use, expiring token for a stored plan.
+#[utoipa::path(post, path = "/v1/plans", tag = "runs", request_body = PlanBody, responses((status = 201, description = "a single-use plan token", body = Object), (status = "4XX", description = "error", body = crate::openapi::ErrorBody), (status = "5XX", description = "internal error", body = crate::openapi::ErrorBody)))]
 async fn create_plan(
     State(s): State<AppState>,
     c: Caller,
     body: Result<Json<PlanBody>, axum::extract::rejection::JsonRejection>,
 ) -> Result<Response, ApiError> {
     c.require(Permission::RunsCreate)?;
-    let Json(body) =
-        body.map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "invalid_body", e.body_text()))?;
+    let Json(body) = body.map_err(ApiError::from)?;
     let input = if body.input.is_null() {
         json!({})
     } else {
@@ -598,23 +818,31 @@ async fn create_plan(
         .into_response())
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct RunPlanBody {
     token: String,
 }
 
+#[utoipa::path(post, path = "/v1/plans/run", tag = "runs", request_body = RunPlanBody, responses((status = 201, description = "the run of that plan", body = Object), (status = "4XX", description = "error", body = crate::openapi::ErrorBody), (status = "5XX", description = "internal error", body = crate::openapi::ErrorBody)))]
 async fn run_plan(
     State(s): State<AppState>,
     c: Caller,
     body: Result<Json<RunPlanBody>, axum::extract::rejection::JsonRejection>,
 ) -> Result<Response, ApiError> {
     c.require(Permission::RunsCreate)?;
-    let Json(body) =
-        body.map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "invalid_body", e.body_text()))?;
-    let created = s
+    let Json(body) = body.map_err(ApiError::from)?;
+    let taken = take_run_quota(&s, &c).await?;
+    let created = match s
         .service
         .run_plan(&c.workspace, &body.token, c.actor())
-        .await?;
+        .await
+    {
+        Ok(created) => created,
+        Err(e) => {
+            give_back(&s, taken).await;
+            return Err(e.into());
+        }
+    };
     Ok((StatusCode::CREATED, Json(json!({"run": created.run}))).into_response())
 }

@@ -75,7 +75,13 @@ async fn harness(cfg: AuthConfig) -> H {
     )
     .unwrap();
     let clock = Arc::new(ManualClock::new(T0));
-    let state = AppState::new(svc.clone(), Auth::new(cfg, clock.clone()));
+    // Rate limits have their own tests (tests/api.rs); these send hundreds
+    // of refused requests on purpose.
+    let state = AppState::with_limits(
+        svc.clone(),
+        Auth::new(cfg, clock.clone()),
+        airlock_api::limits::LimitConfig::unlimited(),
+    );
     H {
         app: app(state),
         svc,
@@ -248,7 +254,7 @@ fn protected_routes() -> Vec<(&'static str, &'static str, Option<Value>)> {
         ("GET", "/v1/sessions", None),
         ("POST", "/v1/sessions/revoke-all", None),
         ("DELETE", "/v1/sessions/ses_x", None),
-        ("POST", "/v1/mfa/totp", None),
+        ("POST", "/v1/mfa/totp", Some(json!({"password": "x"}))),
         (
             "POST",
             "/v1/mfa/totp/confirm",
@@ -1081,7 +1087,22 @@ async fn iam_3_sessions_list_logout_and_logout_all() {
 }
 
 async fn enrol_totp(h: &H, who: &Cred) -> (Vec<u8>, Vec<String>) {
-    let r = h.call(who, "POST", "/v1/mfa/totp", None).await;
+    let r = h
+        .call(
+            who,
+            "POST",
+            "/v1/mfa/totp",
+            Some(json!({"password": "wrong password!"})),
+        )
+        .await;
+    assert_eq!(
+        r.status,
+        StatusCode::FORBIDDEN,
+        "enrolment re-authenticates"
+    );
+    let r = h
+        .call(who, "POST", "/v1/mfa/totp", Some(json!({"password": PW})))
+        .await;
     assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
     let secret = base32_decode(r.body["secret"].as_str().unwrap());
     assert!(

@@ -156,6 +156,32 @@ pub struct UpArgs {
     /// Hours a session lives at most.
     #[arg(long, env = "AIRLOCK_SESSION_MAX_HOURS", default_value_t = 168)]
     session_max_hours: u64,
+    /// Serve Prometheus `/metrics` without authentication on this separate
+    /// address (keep it private); on the main listener `/metrics` needs an
+    /// administrator.
+    #[arg(long, env = "AIRLOCK_METRICS_LISTEN")]
+    metrics_listen: Option<std::net::SocketAddr>,
+    /// Runs one user may create per UTC day (durable across restarts).
+    #[arg(
+        long,
+        env = "AIRLOCK_QUOTA_RUNS_PER_USER_DAY",
+        default_value_t = 10_000
+    )]
+    quota_runs_per_user_day: i64,
+    /// Runs one workspace may create per UTC day.
+    #[arg(
+        long,
+        env = "AIRLOCK_QUOTA_RUNS_PER_WORKSPACE_DAY",
+        default_value_t = 50_000
+    )]
+    quota_runs_per_workspace_day: i64,
+    /// Concurrent event streams per user.
+    #[arg(long, env = "AIRLOCK_STREAMS_PER_USER", default_value_t = 16)]
+    streams_per_user: usize,
+    /// Failed authentications (401s) one client address may cause quickly
+    /// before it gets 429 (refilled at one per second).
+    #[arg(long, env = "AIRLOCK_AUTH_FAILURE_BURST", default_value_t = 20)]
+    auth_failure_burst: u32,
 }
 
 /// IAM-1: while no owner exists, a fresh one-time capability is written to
@@ -238,6 +264,12 @@ pub fn up(paths: &Paths, a: &UpArgs) -> ExitCode {
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
         let executor = tokio::spawn(svc.clone().run_executor(stop_rx.clone()));
         let reaper = tokio::spawn(svc.clone().run_reaper(stop_rx.clone()));
+        // RUN-6: cron triggers; each fire is claimed in the database, so
+        // several nodes fire it once.
+        let scheduler = tokio::spawn(svc.clone().run_scheduler(
+            std::sync::Arc::new(airlock_iam::SystemClock),
+            stop_rx.clone(),
+        ));
         let workers = svc.list_workers().len();
         println!(
             "{}",
@@ -254,13 +286,51 @@ pub fn up(paths: &Paths, a: &UpArgs) -> ExitCode {
                 p.display()
             );
         }
-        let mut state = airlock_api::AppState::new(
+        let limits = airlock_api::limits::LimitConfig {
+            runs_per_user_per_day: a.quota_runs_per_user_day,
+            runs_per_workspace_per_day: a.quota_runs_per_workspace_day,
+            streams_per_user: a.streams_per_user,
+            auth_failures_per_client: Some(airlock_api::limits::Bucket {
+                burst: a.auth_failure_burst.max(1),
+                per_second: 1,
+            }),
+            ..Default::default()
+        };
+        let mut state = airlock_api::AppState::with_limits(
             svc.clone(),
             airlock_api::auth::Auth::new(auth_cfg, std::sync::Arc::new(airlock_iam::SystemClock)),
+            limits,
         );
         state.bootstrap_file = bootstrap_file;
-        let app =
-            airlock_api::app(state).into_make_service_with_connect_info::<std::net::SocketAddr>();
+        if let Some(maddr) = a.metrics_listen {
+            let ml = match tokio::net::TcpListener::bind(maddr).await {
+                Ok(l) => l,
+                Err(e) => return err(format!("cannot listen on {maddr}: {e}")),
+            };
+            eprintln!("airlock: metrics on http://{maddr}/metrics (no authentication)");
+            let mstate = state.clone();
+            tokio::spawn(async move {
+                let router = axum::Router::new().route(
+                    "/metrics",
+                    axum::routing::get(move || {
+                        let st = mstate.clone();
+                        async move {
+                            match airlock_api::metrics::render(&st).await {
+                                Ok(t) => (axum::http::StatusCode::OK, t),
+                                Err(_) => {
+                                    (axum::http::StatusCode::SERVICE_UNAVAILABLE, String::new())
+                                }
+                            }
+                        }
+                    }),
+                );
+                let _ = axum::serve(ml, router).await;
+            });
+        }
+        // One access-log line per request on stderr, with its request id.
+        let app = airlock_api::app(state)
+            .layer(axum::middleware::from_fn(access_log))
+            .into_make_service_with_connect_info::<std::net::SocketAddr>();
         let shutdown = async {
             let mut term =
                 tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
@@ -276,11 +346,40 @@ pub fn up(paths: &Paths, a: &UpArgs) -> ExitCode {
         let _ = stop_tx.send(true);
         let _ = executor.await;
         reaper.abort();
+        scheduler.abort();
         match served {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => err(e),
         }
     })
+}
+
+/// `{"event":"request", request_id, method, path, status, ms}` on stderr.
+async fn access_log(
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let started = std::time::Instant::now();
+    let method = req.method().to_string();
+    let path = req.uri().path().to_string();
+    let r = next.run(req).await;
+    let rid = r
+        .headers()
+        .get("x-request-id")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    eprintln!(
+        "{}",
+        serde_json::json!({
+            "event": "request",
+            "request_id": rid,
+            "method": method,
+            "path": path,
+            "status": r.status().as_u16(),
+            "ms": started.elapsed().as_secs_f64() * 1000.0,
+        })
+    );
+    r
 }
 
 // ---------------------------------------------------------------- run / plan

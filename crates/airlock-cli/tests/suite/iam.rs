@@ -241,3 +241,50 @@ kill $pid; wait $pid || true
     assert!(text.contains("anon 401"), "{text}");
     assert!(text.contains("key 200"), "{text}");
 }
+
+/// API-1 … API-5: schemathesis (from PyPI, installed by `.ci/run` into
+/// `target/pydeps-st`) generates requests from `/v1/openapi.json` of a
+/// running server and checks every answer: no 5xx, only documented status
+/// codes and content types, bodies that match their schemas.
+#[test]
+fn api_1_schemathesis_finds_no_server_errors_or_schema_violations() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/pydeps-st");
+    let st = root.join("bin/st");
+    if !st.exists() {
+        assert!(
+            std::env::var("AIRLOCK_TEST_SKIP_SCHEMATHESIS").is_ok(),
+            "schemathesis is not installed in {} (run .ci/run, or set AIRLOCK_TEST_SKIP_SCHEMATHESIS=1)",
+            root.display()
+        );
+        return;
+    }
+    let env = Env::with_examples();
+    // Fuzzing sends many unauthenticated and malformed requests on purpose:
+    // the failed-authentication limit would answer most of them with 429.
+    let s = Server::start(&env, &[("AIRLOCK_AUTH_FAILURE_BURST", "1000000")]);
+    let work = tempfile::tempdir().unwrap();
+    let out = Command::new("python3")
+        .current_dir(work.path())
+        .env("PYTHONPATH", &root)
+        .arg(&st)
+        .args([
+            "run",
+            &format!("http://127.0.0.1:{}/v1/openapi.json", s.port),
+            "-H",
+            &format!("Authorization: Bearer {}", s.key()),
+            "--checks",
+            "not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance",
+            "-n",
+            "15",
+            "--request-timeout",
+            "30",
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "schemathesis found problems:\n{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
