@@ -293,7 +293,13 @@ class Server:
         self.port = free_port()
         self.log_path = env.root / f"up-{name}.log"
         self.log = open(self.log_path, "wb")
-        e = env.env(data_dir, database_url, AIRLOCK_MAX_CONCURRENT=max_concurrent)
+        # The benchmark measures the run pipeline, not the rate limiter.
+        e = env.env(data_dir, database_url, AIRLOCK_MAX_CONCURRENT=max_concurrent,
+                    AIRLOCK_RATE_READS_PER_S=100000, AIRLOCK_RATE_WRITES_PER_S=100000,
+                    AIRLOCK_QUOTA_RUNS_PER_USER_DAY=100000000,
+                    AIRLOCK_QUOTA_RUNS_PER_WORKSPACE_DAY=100000000)
+        self.data_dir = data_dir
+        self.key = None
         self.proc = subprocess.Popen(
             [str(AIRLOCK), "up", "--listen", f"127.0.0.1:{self.port}"],
             stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT,
@@ -322,7 +328,9 @@ class Server:
                 r.read()
                 c.close()
                 if r.status == 200:
-                    return (time.perf_counter() - t0) * 1000
+                    ready_ms = (time.perf_counter() - t0) * 1000
+                    self.key = api_key(self.port, self.data_dir)
+                    return ready_ms
             except OSError:
                 pass
             time.sleep(0.02)
@@ -344,16 +352,59 @@ class Server:
         self.log.close()
 
 
-class Client:
-    """One keep-alive HTTP connection; reconnects once on a broken socket."""
+_KEYS: dict = {}
 
-    def __init__(self, port: int):
+
+def _post(port: int, path: str, body: dict, headers: Optional[dict] = None) -> tuple:
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    h = {"content-type": "application/json"}
+    h.update(headers or {})
+    c.request("POST", path, body=json.dumps(body).encode(), headers=h)
+    r = c.getresponse()
+    raw = r.read()
+    cookie = r.getheader("set-cookie") or ""
+    c.close()
+    return r.status, raw, cookie
+
+
+def api_key(port: int, data_dir: Path) -> str:
+    """An owner API key for this data directory: bootstrap once, log in,
+    mint a key (the steps a new operator follows)."""
+    if str(data_dir) in _KEYS:
+        return _KEYS[str(data_dir)]
+    token_file = data_dir / "keys" / "bootstrap.token"
+    password = "benchmark passphrase"
+    if token_file.exists():
+        st, raw, _ = _post(port, "/v1/bootstrap", {"token": token_file.read_text().strip(),
+                                                   "username": "bench", "password": password})
+        if st != 201:
+            raise BenchError(f"bootstrap failed: {st} {raw[:200]!r}")
+    st, raw, cookie = _post(port, "/v1/session", {"username": "bench", "password": password})
+    if st != 201:
+        raise BenchError(f"login failed: {st} {raw[:200]!r}")
+    csrf = json.loads(raw)["csrf_token"]
+    st, raw, _ = _post(port, "/v1/keys", {"name": "bench"},
+                       {"cookie": cookie.split(";")[0], "x-csrf-token": csrf})
+    if st != 201:
+        raise BenchError(f"key creation failed: {st} {raw[:200]!r}")
+    _KEYS[str(data_dir)] = json.loads(raw)["key"]
+    return _KEYS[str(data_dir)]
+
+
+class Client:
+    """One keep-alive HTTP connection with an API key; reconnects once on a
+    broken socket."""
+
+    def __init__(self, port: int, key: Optional[str] = None):
         self.port = port
+        self.key = key
         self.conn = None
 
     def request(self, method: str, path: str, body: Optional[dict] = None) -> tuple:
         data = json.dumps(body).encode() if body is not None else None
         headers = {"content-type": "application/json"} if data is not None else {}
+        if self.key:
+            headers["authorization"] = f"Bearer {self.key}"
         for attempt in (1, 2):
             if self.conn is None:
                 self.conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
@@ -397,7 +448,7 @@ def one_run(client: Client, poll_s: float) -> tuple:
 
 
 def http_latency(srv: Server, runs: int, warmup: int, poll_s: float) -> dict:
-    c = Client(srv.port)
+    c = Client(srv.port, srv.key)
     try:
         for _ in range(warmup):
             _, state, rid = one_run(c, poll_s)
@@ -419,6 +470,43 @@ def http_latency(srv: Server, runs: int, warmup: int, poll_s: float) -> dict:
             "samples_ms": [round(x, 3) for x in samples]}
 
 
+def auth_overhead(srv: Server, n: int = 300, logins: int = 20) -> dict:
+    """What identity costs per request: an unauthenticated GET /healthz
+    (baseline), an API-key GET of one run page (key hash lookup, membership
+    read, bucket), and a password login (Argon2id m=19 MiB, t=2)."""
+    import statistics
+    plain, keyed = Client(srv.port), Client(srv.port, srv.key)
+    a, b = [], []
+    try:
+        for i in range(n + 20):
+            t = time.perf_counter()
+            plain.request("GET", "/healthz")
+            d1 = time.perf_counter() - t
+            t = time.perf_counter()
+            st, _ = keyed.request("GET", "/v1/runs?limit=1")
+            d2 = time.perf_counter() - t
+            if st != 200:
+                raise BenchError(f"GET /v1/runs with a key answered {st}")
+            if i >= 20:
+                a.append(d1 * 1000)
+                b.append(d2 * 1000)
+    finally:
+        plain.close()
+        keyed.close()
+    lg = []
+    for _ in range(logins):
+        t = time.perf_counter()
+        st, raw, _ = _post(srv.port, "/v1/session",
+                           {"username": "bench", "password": "benchmark passphrase"})
+        lg.append((time.perf_counter() - t) * 1000)
+        if st != 201:
+            raise BenchError(f"login answered {st}")
+    h, k = statistics.median(a), statistics.median(b)
+    return {"healthz_median_ms": round(h, 3), "key_get_median_ms": round(k, 3),
+            "key_get_vs_healthz": round(k / h, 2) if h > 0 else None,
+            "login_median_ms": round(statistics.median(lg), 2), "n": n, "logins": logins}
+
+
 def http_throughput(srv: Server, clients: int, duration: float, poll_s: float) -> dict:
     lat, states, errors = [], {}, []
     lock = threading.Lock()
@@ -426,7 +514,7 @@ def http_throughput(srv: Server, clients: int, duration: float, poll_s: float) -
     deadline = [0.0]
 
     def worker():
-        c = Client(srv.port)
+        c = Client(srv.port, srv.key)
         try:
             start.wait()
             while time.perf_counter() < deadline[0]:
@@ -481,6 +569,10 @@ def http_group(env: Env, name: str, data_dir: Path, database_url: Optional[str],
         ready_ms = srv.wait_ready()
         progress(f"  airlock up ready in {ready_ms:.0f} ms (port {srv.port})")
         poll_s = args.poll_ms / 1000
+        auth = auth_overhead(srv)
+        progress(f"  auth: /healthz {auth['healthz_median_ms']:.2f} ms, "
+                 f"API-key GET {auth['key_get_median_ms']:.2f} ms, "
+                 f"login {auth['login_median_ms']:.1f} ms")
         lat = http_latency(srv, args.runs, args.warmup, poll_s)
         progress(f"  latency: median {lat['median_ms']:.1f} ms over {lat['n']} runs")
         tp = []
@@ -490,8 +582,8 @@ def http_group(env: Env, name: str, data_dir: Path, database_url: Optional[str],
                      f"median {rec.get('median_ms', float('nan')):.1f} ms"
                      + (f", errors: {rec['client_errors'][:2]}" if rec["client_errors"] else ""))
             tp.append(rec)
-        return {"database": name, "ready_ms": round(ready_ms, 1), "latency": lat,
-                "throughput": tp}
+        return {"database": name, "ready_ms": round(ready_ms, 1), "auth": auth,
+                "latency": lat, "throughput": tp}
     finally:
         srv.close()
 
