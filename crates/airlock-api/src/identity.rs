@@ -236,13 +236,30 @@ pub async fn login(
     meta: ClientMeta,
     b: JsonBody<LoginBody>,
 ) -> Result<Response, ApiError> {
-    let b = body(b)?;
-    if b.password.len() > password::MAX_PASSWORD_BYTES {
-        return Err(invalid("password too long"));
-    }
-    if b.username.len() > password::MAX_USERNAME_BYTES * 4 {
-        return Err(invalid("username too long"));
-    }
+    // Malformed attempts are refused before any lookup, and audited.
+    let refused = match body(b) {
+        Err(e) => Err(e),
+        Ok(b) if b.password.len() > password::MAX_PASSWORD_BYTES => {
+            Err(invalid("password too long"))
+        }
+        Ok(b) if b.username.len() > password::MAX_USERNAME_BYTES * 4 => {
+            Err(invalid("username too long"))
+        }
+        Ok(b) => Ok(b),
+    };
+    let b = match refused {
+        Ok(b) => b,
+        Err(e) => {
+            audit(
+                &s,
+                SYSTEM_AUDIT,
+                AuditRecord::system("login.bad_request", None)
+                    .with_metadata(json!({"client_ip": meta.ip})),
+            )
+            .await?;
+            return Err(e);
+        }
+    };
     let now = s.auth.now();
     // Unknown and malformed names are throttled like real ones.
     let name = password::normalize_username(&b.username).ok();

@@ -225,7 +225,13 @@ pub fn api_router() -> OpenApiRouter<AppState> {
         .routes(routes!(identity::put_member, identity::delete_member))
         .routes(routes!(identity::list_audit))
         .routes(routes!(list_workers))
+        .routes(routes!(get_worker))
+        .routes(routes!(validate_worker))
         .routes(routes!(reload_workers))
+        .routes(routes!(run_logs))
+        .routes(routes!(list_roles))
+        .routes(routes!(verify_audit))
+        .routes(routes!(export_audit))
         .routes(routes!(create_run))
         .routes(routes!(list_runs))
         .routes(routes!(get_run))
@@ -425,6 +431,154 @@ async fn list_workers(
     Ok(Json(
         json!({"workers": s.service.list_workers_in(&c.workspace), "errors": errors}),
     ))
+}
+
+/// One worker as the caller's workspace sees it.
+#[utoipa::path(get, path = "/v1/workers/{id}", tag = "workers", params(("id" = String, Path, description = "worker id")), responses((status = 200, description = "the worker and its manifest", body = Object), (status = "4XX", description = "error", body = crate::openapi::ErrorBody), (status = "5XX", description = "internal error", body = crate::openapi::ErrorBody)))]
+async fn get_worker(
+    State(s): State<AppState>,
+    c: Caller,
+    Path(id): Path<String>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    c.require(Permission::WorkersRead)?;
+    let w = s
+        .service
+        .list_workers_in(&c.workspace)
+        .into_iter()
+        .find(|w| w.id == id)
+        .ok_or_else(ApiError::not_found)?;
+    Ok(Json(json!({"worker": w})))
+}
+
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+struct ValidateBody {
+    /// The text of a `worker.toml`.
+    manifest: String,
+}
+
+/// Checks a `worker.toml` without loading it: every problem, by field.
+#[utoipa::path(post, path = "/v1/workers/validate", tag = "workers", request_body = ValidateBody, responses((status = 200, description = "valid, or the problems by field", body = Object), (status = "4XX", description = "error", body = crate::openapi::ErrorBody), (status = "5XX", description = "internal error", body = crate::openapi::ErrorBody)))]
+async fn validate_worker(
+    c: Caller,
+    body: Result<Json<ValidateBody>, axum::extract::rejection::JsonRejection>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    c.require(Permission::WorkersRead)?;
+    let Json(body) = body.map_err(ApiError::from)?;
+    if body.manifest.len() > 256 * 1024 {
+        return Err(ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "body_too_large",
+            "a manifest is at most 256 KiB",
+        ));
+    }
+    Ok(Json(
+        match airlock_worker::Manifest::from_toml(&body.manifest) {
+            Ok(_) => json!({"valid": true, "problems": []}),
+            Err(e) => {
+                let problems: Vec<_> = e
+                    .problems()
+                    .into_iter()
+                    .map(|p| json!({"field": p.field, "message": p.message}))
+                    .collect();
+                json!({"valid": false, "problems": problems})
+            }
+        },
+    ))
+}
+
+/// A run's log as text (the `log` events, in order; redacted).
+#[utoipa::path(get, path = "/v1/runs/{id}/logs", tag = "runs", params(("id" = String, Path, description = "run id")), responses((status = 200, description = "the log", content_type = "text/plain", body = String), (status = "4XX", description = "error", body = crate::openapi::ErrorBody), (status = "5XX", description = "internal error", body = crate::openapi::ErrorBody)))]
+async fn run_logs(
+    State(s): State<AppState>,
+    c: Caller,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    c.require(Permission::RunsRead)?;
+    s.service.get(&c.workspace, &id).await?;
+    let mut text = String::new();
+    let mut after = 0;
+    loop {
+        let events = s
+            .service
+            .store()
+            .events(&c.workspace, &id, after, 500)
+            .await?;
+        let Some(last) = events.last().map(|e| e.seq) else {
+            break;
+        };
+        for e in events.iter().filter(|e| e.kind == "log") {
+            text.push_str(e.data["text"].as_str().unwrap_or(""));
+        }
+        after = last;
+        if text.len() > 16 << 20 {
+            break;
+        }
+    }
+    Ok(([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], text).into_response())
+}
+
+/// The role table (IAM-7), from the data the server enforces.
+#[utoipa::path(get, path = "/v1/roles", tag = "identity", responses((status = 200, description = "roles and their permissions", body = Object), (status = "4XX", description = "error", body = crate::openapi::ErrorBody), (status = "5XX", description = "internal error", body = crate::openapi::ErrorBody)))]
+async fn list_roles(c: Caller) -> Result<Json<serde_json::Value>, ApiError> {
+    c.require(Permission::WorkersRead)?;
+    let roles: Vec<_> = airlock_iam::Role::ALL
+        .iter()
+        .map(|r| {
+            let perms: Vec<&str> = r.permissions().iter().map(|p| p.as_str()).collect();
+            json!({"role": r.as_str(), "permissions": perms})
+        })
+        .collect();
+    Ok(Json(json!({"roles": roles, "yours": c.role.as_str()})))
+}
+
+/// Verifies the workspace's audit chain (AUD-2): the count, the head hash,
+/// or the first bad sequence number.
+#[utoipa::path(get, path = "/v1/audit/verify", tag = "audit", responses((status = 200, description = "verification result", body = Object), (status = "4XX", description = "error", body = crate::openapi::ErrorBody), (status = "5XX", description = "internal error", body = crate::openapi::ErrorBody)))]
+async fn verify_audit(
+    State(s): State<AppState>,
+    c: Caller,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    c.require(Permission::AuditRead)?;
+    let lines = s.service.store().audit_lines(&c.workspace).await?;
+    let mut v = airlock_audit::chain::Verifier::new().for_workspace(c.workspace.as_str());
+    for (i, l) in lines.iter().enumerate() {
+        let bad = match airlock_audit::from_json_line(l) {
+            Ok(e) => v.push(&e).err().map(|e| e.first_bad_seq()),
+            Err(_) => Some(u64::try_from(i + 1).unwrap_or(u64::MAX)),
+        };
+        if let Some(seq) = bad {
+            return Ok(Json(json!({"ok": false, "first_bad_seq": seq})));
+        }
+    }
+    Ok(Json(match v.finish() {
+        Ok(sum) => json!({"ok": true, "events": sum.count, "head": airlock_store::hex(&sum.head)}),
+        Err(e) => json!({"ok": false, "first_bad_seq": e.first_bad_seq()}),
+    }))
+}
+
+/// The workspace's audit chain as JSON Lines, verifiable elsewhere with
+/// `verify_export.py` (AUD-3).
+#[utoipa::path(get, path = "/v1/audit/export", tag = "audit", responses((status = 200, description = "JSON Lines, one event per line", content_type = "application/x-ndjson", body = String), (status = "4XX", description = "error", body = crate::openapi::ErrorBody), (status = "5XX", description = "internal error", body = crate::openapi::ErrorBody)))]
+async fn export_audit(State(s): State<AppState>, c: Caller) -> Result<Response, ApiError> {
+    c.require(Permission::AuditExport)?;
+    let lines = s.service.store().audit_lines(&c.workspace).await?;
+    let mut out = String::new();
+    for l in lines {
+        out.push_str(&l);
+        out.push('\n');
+    }
+    Ok((
+        [
+            (header::CONTENT_TYPE, "application/x-ndjson"),
+            (
+                header::CONTENT_DISPOSITION,
+                "attachment; filename=\"audit.jsonl\"",
+            ),
+        ],
+        out,
+    )
+        .into_response())
 }
 
 /// Reloading the workers folder is for the workspace that owns it.

@@ -211,7 +211,7 @@ async fn api_1_the_openapi_document_and_the_router_describe_the_same_routes() {
     assert_eq!(r.status, StatusCode::OK);
     assert!(r.body["openapi"].as_str().unwrap().starts_with("3.1"));
     let documented = doc_routes(&r.body);
-    assert!(documented.len() >= 35, "{documented:?}");
+    assert!(documented.len() >= 48, "{documented:?}");
     for (m, p) in &documented {
         let concrete = p
             .split('/')
@@ -254,7 +254,18 @@ async fn api_1_the_openapi_document_and_the_router_describe_the_same_routes() {
         ("DELETE", "/v1/members/{username}"),
         ("GET", "/v1/audit"),
         ("GET", "/v1/workers"),
+        ("GET", "/v1/workers/{id}"),
+        ("POST", "/v1/workers/validate"),
         ("POST", "/v1/workers/reload"),
+        ("GET", "/v1/runs/{id}/logs"),
+        ("GET", "/v1/roles"),
+        ("GET", "/v1/audit/verify"),
+        ("GET", "/v1/audit/export"),
+        ("POST", "/v1/uploads"),
+        ("GET", "/v1/uploads/{id}"),
+        ("GET", "/v1/uploads/{id}/content"),
+        ("POST", "/v1/workers/{id}/webhook/secret"),
+        ("POST", "/v1/hooks/{workspace}/{worker}"),
         ("POST", "/v1/workers/{id}/runs"),
         ("GET", "/v1/runs"),
         ("GET", "/v1/runs/{id}"),
@@ -593,4 +604,74 @@ async fn api_7_metrics_are_for_administrators() {
         h.call(None, "GET", "/readyz", None).await.body["status"],
         "ready"
     );
+}
+
+/// API-2: the rest of the surface — a worker by id, manifest validation,
+/// a run's log, the role table, audit verification and export.
+#[tokio::test]
+async fn api_2_workers_logs_roles_and_audit_routes() {
+    let h = harness(LimitConfig::unlimited()).await;
+    let key = h.owner_key().await;
+    let r = h.call(Some(&key), "GET", "/v1/workers/hello", None).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert_eq!(r.body["worker"]["id"], "hello");
+    let r = h.call(Some(&key), "GET", "/v1/workers/nope", None).await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND);
+    let r = h
+        .call(
+            Some(&key),
+            "POST",
+            "/v1/workers/validate",
+            Some(json!({"manifest": "[worker]\nid = \"Bad Id\"\n"})),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert_eq!(r.body["valid"], false);
+    assert!(!r.body["problems"].as_array().unwrap().is_empty());
+    let good = std::fs::read_to_string(h.dir.path().join("workers/hello/worker.toml")).unwrap();
+    let r = h
+        .call(
+            Some(&key),
+            "POST",
+            "/v1/workers/validate",
+            Some(json!({"manifest": good})),
+        )
+        .await;
+    assert_eq!(r.body["valid"], true, "{}", r.body);
+    let run = h
+        .call(
+            Some(&key),
+            "POST",
+            "/v1/workers/hello/runs",
+            Some(json!({"input": {}})),
+        )
+        .await
+        .body["run"]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let r = h
+        .call(Some(&key), "GET", &format!("/v1/runs/{run}/logs"), None)
+        .await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert!(
+        r.headers["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/plain")
+    );
+    let r = h.call(Some(&key), "GET", "/v1/roles", None).await;
+    assert_eq!(r.body["roles"].as_array().unwrap().len(), 6);
+    assert_eq!(r.body["yours"], "owner");
+    let r = h.call(Some(&key), "GET", "/v1/audit/verify", None).await;
+    assert_eq!(r.body["ok"], true, "{}", r.body);
+    let n = r.body["events"].as_u64().unwrap();
+    assert!(n >= 2);
+    let r = h.call(Some(&key), "GET", "/v1/audit/export", None).await;
+    assert_eq!(r.status, StatusCode::OK);
+    let text = String::from_utf8(r.raw).unwrap();
+    assert!(text.lines().count() as u64 >= n);
+    for line in text.lines() {
+        airlock_audit::from_json_line(line).unwrap();
+    }
 }

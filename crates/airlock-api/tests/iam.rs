@@ -270,6 +270,19 @@ fn protected_routes() -> Vec<(&'static str, &'static str, Option<Value>)> {
         ("DELETE", "/v1/members/bob", None),
         ("GET", "/v1/audit", None),
         ("GET", "/v1/workers", None),
+        ("GET", "/v1/workers/hello", None),
+        (
+            "POST",
+            "/v1/workers/validate",
+            Some(json!({"manifest": ""})),
+        ),
+        ("GET", "/v1/runs/run_x/logs", None),
+        ("GET", "/v1/roles", None),
+        ("GET", "/v1/audit/verify", None),
+        ("GET", "/v1/audit/export", None),
+        ("GET", "/v1/uploads/upl_x", None),
+        ("POST", "/v1/workers/hello/webhook/secret", None),
+        ("GET", "/metrics", None),
         ("POST", "/v1/workers/reload", None),
         ("POST", "/v1/workers/hello/runs", Some(json!({"input": {}}))),
         ("GET", "/v1/runs", None),
@@ -495,6 +508,12 @@ async fn iam_7_each_role_against_each_permission() {
         (Permission::SecretsList, "GET", "/v1/secrets".into(), None),
         (Permission::AuditRead, "GET", "/v1/audit".into(), None),
         (
+            Permission::AuditExport,
+            "GET",
+            "/v1/audit/export".into(),
+            None,
+        ),
+        (
             Permission::MembersManage,
             "PUT",
             "/v1/members/probe-target".into(),
@@ -536,7 +555,7 @@ async fn iam_7_each_role_against_each_permission() {
             checked += 1;
         }
     }
-    assert_eq!(checked, Role::ALL.len() * 10);
+    assert_eq!(checked, Role::ALL.len() * 11);
 }
 
 #[tokio::test]
@@ -926,6 +945,10 @@ async fn iam_2_bad_login_input_and_floods_get_clear_answers() {
         .unwrap()
         .join("\n");
     assert!(lines.matches("login.failed").count() >= 10);
+    assert!(
+        lines.matches("login.bad_request").count() >= 5,
+        "bad input is audited"
+    );
     assert!(lines.contains("login.throttled"));
 }
 
