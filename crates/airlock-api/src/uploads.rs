@@ -70,17 +70,6 @@ pub fn routes() -> OpenApiRouter<AppState> {
 
 // ------------------------------------------------------------ media types
 
-/// Magic numbers, checked in order, first match wins.
-const MAGIC: &[(&[u8], &str)] = &[
-    (b"\x89PNG\r\n\x1a\n", "image/png"),
-    (b"\xff\xd8\xff", "image/jpeg"),
-    (b"GIF87a", "image/gif"),
-    (b"GIF89a", "image/gif"),
-    (b"%PDF-", "application/pdf"),
-    (b"PK\x03\x04", "application/zip"),
-    (b"PK\x05\x06", "application/zip"),
-    (b"\x1f\x8b", "application/gzip"),
-];
 
 /// Which declared types agree with a sniffed one, and what is then stored:
 /// `(sniffed, declared, stored)`. Anything not listed contradicts the content (415), except a
@@ -114,7 +103,10 @@ const OCTET_STREAM: &str = "application/octet-stream";
 /// Names the media type of `bytes` from their content alone: a magic number, else valid JSON,
 /// else UTF-8 text without NUL, else `application/octet-stream`.
 pub fn sniff(bytes: &[u8]) -> &'static str {
-    if let Some((_, media)) = MAGIC.iter().find(|(m, _)| bytes.starts_with(m)) {
+    if let Some((_, media)) = airlock_files::MAGIC
+        .iter()
+        .find(|(m, _)| bytes.starts_with(m))
+    {
         return media;
     }
     if bytes.contains(&0) || std::str::from_utf8(bytes).is_err() {

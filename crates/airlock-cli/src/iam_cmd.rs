@@ -82,6 +82,8 @@ pub struct Reply {
     pub status: u16,
     pub set_cookie: Option<String>,
     pub body: Value,
+    /// The body as text (for the routes that answer text).
+    pub text: String,
 }
 
 pub async fn call(
@@ -152,6 +154,7 @@ pub async fn call(
         status,
         set_cookie,
         body,
+        text: String::from_utf8_lossy(&bytes).into_owned(),
     })
 }
 
@@ -177,6 +180,24 @@ pub fn reply_error(r: &Reply) -> String {
     let code = r.body["error"]["code"].as_str().unwrap_or("http_error");
     let msg = r.body["error"]["message"].as_str().unwrap_or("");
     format!("{} {code}: {msg}", r.status)
+}
+
+/// A GET with the stored API key whose answer is text.
+pub async fn authed_text(c: &Credentials, path: &str) -> Result<String, String> {
+    let bearer = format!("Bearer {}", c.api_key);
+    let r = call(
+        &c.server,
+        "GET",
+        path,
+        &[("authorization", bearer.as_str())],
+        None,
+    )
+    .await?;
+    if (200..300).contains(&r.status) {
+        Ok(r.text)
+    } else {
+        Err(reply_error(&r))
+    }
 }
 
 /// A call with the stored API key; non-2xx becomes an error.

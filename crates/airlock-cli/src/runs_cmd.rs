@@ -725,8 +725,15 @@ async fn remote_runs(cmd: &RunsCommand) -> Result<ExitCode, String> {
             let v = authed(&c, "POST", &format!("/v1/runs/{id}/cancel"), &[], None).await?;
             println!("{id} {}", v["state"].as_str().unwrap_or(""));
         }
-        RunsCommand::Logs { .. } => {
-            return Err("runs logs is local only; use GET /v1/runs/{id}/events remotely".into());
+        RunsCommand::Logs { id, follow } => {
+            safe(id)?;
+            if *follow {
+                return Err(
+                    "--follow is local only; remotely, follow GET /v1/runs/{id}/events".into(),
+                );
+            }
+            let text = crate::iam_cmd::authed_text(&c, &format!("/v1/runs/{id}/logs")).await?;
+            print!("{text}");
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -37,5 +37,5 @@ pub mod zipcheck;
 
 pub use collect::{Budget, Collected, collect_into, read_bounded};
 pub use error::FileError;
-pub use sniff::{SNIFF_LEN, sniff};
+pub use sniff::{MAGIC, SNIFF_LEN, sniff};
 pub use store::ArtifactStore;

@@ -8,8 +8,9 @@
 /// How many leading bytes the collector keeps for [`sniff`].
 pub const SNIFF_LEN: usize = 8192;
 
-/// Magic numbers, checked in order, first match wins.
-const MAGIC: &[(&[u8], &str)] = &[
+/// Magic numbers, checked in order, first match wins (also the upload
+/// route's table: one list of what content can claim to be).
+pub const MAGIC: &[(&[u8], &str)] = &[
     (b"\x89PNG\r\n\x1a\n", "image/png"),
     (b"\xff\xd8\xff", "image/jpeg"),
     (b"GIF87a", "image/gif"),

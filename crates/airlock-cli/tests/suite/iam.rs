@@ -76,7 +76,11 @@ fn iam_1_a_fresh_server_prints_where_the_capability_is() {
 #[test]
 fn iam_5_login_stores_a_0600_key_and_remote_commands_use_it() {
     let env = Env::new();
-    env.sh_worker("hello", "", "echo '{}' > /airlock/output/result.json\n");
+    env.sh_worker(
+        "hello",
+        "",
+        "echo hi from the worker\necho '{}' > /airlock/output/result.json\n",
+    );
     let s = Server::start(&env, &[]);
     let config = tempfile::tempdir().unwrap();
     let cli = || {
@@ -142,6 +146,16 @@ fn iam_5_login_stores_a_0600_key_and_remote_commands_use_it() {
     let id = v["run"]["id"].as_str().unwrap().to_string();
     let out = cli().args(["--remote", "runs", "list"]).output().unwrap();
     assert!(String::from_utf8_lossy(&out.stdout).contains(&id));
+    let out = cli()
+        .args(["--remote", "runs", "logs", &id])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("hi from the worker"));
 
     // Logout revokes the key on the server.
     let key = stored["api_key"].as_str().unwrap().to_string();
