@@ -70,7 +70,6 @@ pub fn routes() -> OpenApiRouter<AppState> {
 
 // ------------------------------------------------------------ media types
 
-
 /// Which declared types agree with a sniffed one, and what is then stored:
 /// `(sniffed, declared, stored)`. Anything not listed contradicts the content (415), except a
 /// declared `application/octet-stream`, which stores the sniffed type. No active type (HTML,
@@ -695,7 +694,7 @@ mod tests {
             ("", "text/plain", None),
         ];
         for (declared, sniffed, want) in cases {
-            let sniffed: &'static str = MAGIC
+            let sniffed: &'static str = airlock_files::MAGIC
                 .iter()
                 .map(|(_, m)| *m)
                 .chain(["application/json", "text/plain", OCTET_STREAM])

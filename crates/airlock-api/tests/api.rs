@@ -5,147 +5,29 @@
 //! are capped per user, and bad input of every kind gets a 4xx.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::sync::Arc;
+mod common;
+
 use std::time::Duration;
 
-use airlock_api::auth::{Auth, AuthConfig};
 use airlock_api::limits::LimitConfig;
-use airlock_api::{AppState, app};
-use airlock_iam::throttle::ThrottleConfig;
-use airlock_iam::{ManualClock, keys};
-use airlock_runs::{Config, Service};
-use airlock_store::Store;
-use axum::Router;
 use axum::body::Body;
-use axum::http::{Request, StatusCode};
-use http_body_util::BodyExt;
+use axum::http::StatusCode;
+use common::{Cred, ECHO, HELLO, Harness, Resp, request, request_builder, send};
 use serde_json::{Value, json};
 use tower::ServiceExt;
 
-const PW: &str = "correct horse battery staple";
-
-struct H {
-    app: Router,
-    svc: Arc<Service>,
-    dir: tempfile::TempDir,
+async fn harness(limits: LimitConfig) -> Harness {
+    // `hello` with one optional number input.
+    let hello = format!("{HELLO}[inputs.n]\ntype = \"number\"\nrequired = false\n");
+    let b = Harness::builder().limits(limits);
+    b.worker("hello", &hello, ECHO).build().await
 }
 
-async fn open(dir: &std::path::Path, limits: LimitConfig) -> (Router, Arc<Service>) {
-    let url = format!("sqlite://{}", dir.join("a.db").display());
-    let store = Store::open(&url).await.unwrap();
-    let svc = Service::open(
-        store,
-        Config::with_defaults(dir.join("data"), dir.join("workers")),
-    )
-    .unwrap();
-    let auth = Auth::new(
-        AuthConfig {
-            account_throttle: ThrottleConfig::disabled(),
-            client_throttle: ThrottleConfig::disabled(),
-            ..AuthConfig::default()
-        },
-        Arc::new(ManualClock::new(1_800_000_000_000)),
-    );
-    (app(AppState::with_limits(svc.clone(), auth, limits)), svc)
-}
-
-async fn harness(limits: LimitConfig) -> H {
-    let dir = tempfile::tempdir().unwrap();
-    let w = dir.path().join("workers/hello");
-    std::fs::create_dir_all(&w).unwrap();
-    std::fs::write(
-        w.join("worker.toml"),
-        "[worker]\nid = \"hello\"\ntitle = \"hello\"\ndescription = \"test\"\nkind = \"script\"\nentry = \"run.sh\"\nruntime = \"sh\"\n[inputs.n]\ntype = \"number\"\nrequired = false\n",
-    )
-    .unwrap();
-    std::fs::write(w.join("run.sh"), "echo hi\n").unwrap();
-    let (app, svc) = open(dir.path(), limits).await;
-    H { app, svc, dir }
-}
-
-struct Resp {
-    status: StatusCode,
-    headers: axum::http::HeaderMap,
-    body: Value,
-    raw: Vec<u8>,
-}
-
-impl H {
-    async fn send(&self, req: Request<Body>) -> Resp {
-        send(&self.app, req).await
-    }
-    async fn call(&self, key: Option<&str>, method: &str, path: &str, body: Option<Value>) -> Resp {
-        let mut b = Request::builder().method(method).uri(path);
-        if let Some(k) = key {
-            b = b.header("authorization", format!("Bearer {k}"));
-        }
-        let req = match body {
-            Some(v) => b
-                .header("content-type", "application/json")
-                .body(Body::from(v.to_string()))
-                .unwrap(),
-            None => b.body(Body::empty()).unwrap(),
-        };
-        self.send(req).await
-    }
-    /// Bootstraps an owner and returns an API key.
-    async fn owner_key(&self) -> String {
-        let token = keys::new_prefixed_token("alb");
-        self.svc
-            .store()
-            .bootstrap_begin(&keys::token_hash(&token), 0)
-            .await
-            .unwrap();
-        let r = self
-            .call(
-                None,
-                "POST",
-                "/v1/bootstrap",
-                Some(json!({"token": token, "username": "owner", "password": PW})),
-            )
-            .await;
-        assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
-        let r = self
-            .call(
-                None,
-                "POST",
-                "/v1/session",
-                Some(json!({"username": "owner", "password": PW})),
-            )
-            .await;
-        let cookie = r.headers["set-cookie"]
-            .to_str()
-            .unwrap()
-            .split(';')
-            .next()
-            .unwrap()
-            .to_string();
-        let csrf = r.body["csrf_token"].as_str().unwrap().to_string();
-        let req = Request::builder()
-            .method("POST")
-            .uri("/v1/keys")
-            .header("cookie", cookie)
-            .header("x-csrf-token", csrf)
-            .header("content-type", "application/json")
-            .body(Body::from(json!({"name": "t"}).to_string()))
-            .unwrap();
-        let r = self.send(req).await;
-        assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
-        r.body["key"].as_str().unwrap().to_string()
-    }
-}
-
-async fn send(app: &Router, req: Request<Body>) -> Resp {
-    let r = app.clone().oneshot(req).await.unwrap();
-    let status = r.status();
-    let headers = r.headers().clone();
-    let raw = r.into_body().collect().await.unwrap().to_bytes().to_vec();
-    let body = serde_json::from_slice(&raw).unwrap_or(Value::Null);
-    Resp {
-        status,
-        headers,
-        body,
-        raw,
+impl Harness {
+    /// Bootstraps an owner and returns an API key of theirs.
+    async fn owner_key(&self) -> Cred {
+        let owner = self.bootstrap_owner().await;
+        Cred::Key(self.api_key(&owner, json!({"name": "t"})).await.0)
     }
 }
 
@@ -174,7 +56,7 @@ fn assert_hardened(r: &Resp, what: &str) {
             "{what}: the error names the same request id as the header"
         );
         assert!(r.body["error"]["code"].is_string(), "{what}: {}", r.body);
-        let text = String::from_utf8_lossy(&r.raw).to_lowercase();
+        let text = String::from_utf8_lossy(&r.bytes).to_lowercase();
         for leak in [
             "sqlx",
             "sqlite",
@@ -207,7 +89,7 @@ fn doc_routes(doc: &Value) -> Vec<(String, String)> {
 #[tokio::test]
 async fn api_1_the_openapi_document_and_the_router_describe_the_same_routes() {
     let h = harness(LimitConfig::unlimited()).await;
-    let r = h.call(None, "GET", "/v1/openapi.json", None).await;
+    let r = h.call(&Cred::None, "GET", "/v1/openapi.json", None).await;
     assert_eq!(r.status, StatusCode::OK);
     assert!(r.body["openapi"].as_str().unwrap().starts_with("3.1"));
     let documented = doc_routes(&r.body);
@@ -218,7 +100,7 @@ async fn api_1_the_openapi_document_and_the_router_describe_the_same_routes() {
             .map(|seg| if seg.starts_with('{') { "x" } else { seg })
             .collect::<Vec<_>>()
             .join("/");
-        let r = h.call(None, m, &concrete, Some(json!({}))).await;
+        let r = h.call(&Cred::None, m, &concrete, Some(json!({}))).await;
         assert_ne!(
             r.body["error"]["code"], "no_route",
             "{m} {p} is documented but not routed"
@@ -285,7 +167,7 @@ async fn api_1_the_openapi_document_and_the_router_describe_the_same_routes() {
         );
     }
     // Positive control: an undocumented path is the router's fallback.
-    let r = h.call(None, "GET", "/v1/not-a-route", None).await;
+    let r = h.call(&Cred::None, "GET", "/v1/not-a-route", None).await;
     assert_eq!(r.body["error"]["code"], "no_route");
 }
 
@@ -295,25 +177,25 @@ async fn api_3_every_response_is_hardened_including_errors() {
     let h = harness(LimitConfig::unlimited()).await;
     let key = h.owner_key().await;
     let mut samples = vec![
-        ("GET /healthz", h.call(None, "GET", "/healthz", None).await),
         (
-            "GET /v1/runs",
-            h.call(Some(&key), "GET", "/v1/runs", None).await,
+            "GET /healthz",
+            h.call(&Cred::None, "GET", "/healthz", None).await,
         ),
+        ("GET /v1/runs", h.call(&key, "GET", "/v1/runs", None).await),
         (
             "GET /v1/openapi.json",
-            h.call(None, "GET", "/v1/openapi.json", None).await,
+            h.call(&Cred::None, "GET", "/v1/openapi.json", None).await,
         ),
-        ("401", h.call(None, "GET", "/v1/runs", None).await),
+        ("401", h.call(&Cred::None, "GET", "/v1/runs", None).await),
         (
             "404 object",
-            h.call(Some(&key), "GET", "/v1/runs/run_x", None).await,
+            h.call(&key, "GET", "/v1/runs/run_x", None).await,
         ),
-        ("404 route", h.call(None, "GET", "/nope", None).await),
-        ("405", h.call(None, "PATCH", "/v1/runs", None).await),
+        ("404 route", h.call(&Cred::None, "GET", "/nope", None).await),
+        ("405", h.call(&Cred::None, "PATCH", "/v1/runs", None).await),
         (
             "400",
-            h.call(Some(&key), "POST", "/v1/plans", Some(json!({"worker": 5})))
+            h.call(&key, "POST", "/v1/plans", Some(json!({"worker": 5})))
                 .await,
         ),
     ];
@@ -321,8 +203,8 @@ async fn api_3_every_response_is_hardened_including_errors() {
     assert_eq!(samples[6].1.status, StatusCode::METHOD_NOT_ALLOWED);
     // A 5xx: the database goes away under the server.
     h.svc.store().pool().close().await;
-    samples.push(("503", h.call(None, "GET", "/readyz", None).await));
-    samples.push(("500", h.call(Some(&key), "GET", "/v1/runs", None).await));
+    samples.push(("503", h.call(&Cred::None, "GET", "/readyz", None).await));
+    samples.push(("500", h.call(&key, "GET", "/v1/runs", None).await));
     assert_eq!(samples[8].1.status, StatusCode::SERVICE_UNAVAILABLE);
     assert!(
         samples[9].1.status.is_server_error(),
@@ -344,7 +226,7 @@ async fn api_4_rapid_unauthenticated_requests_get_401_then_429() {
     let mut codes = Vec::new();
     let mut retry = None;
     for _ in 0..25 {
-        let r = h.call(None, "GET", "/v1/runs", None).await;
+        let r = h.call(&Cred::None, "GET", "/v1/runs", None).await;
         if r.status == StatusCode::TOO_MANY_REQUESTS {
             retry = r
                 .headers
@@ -362,7 +244,7 @@ async fn api_4_rapid_unauthenticated_requests_get_401_then_429() {
     assert!(retry.unwrap().parse::<u64>().unwrap() >= 1);
     // Health stays reachable for probes.
     assert_eq!(
-        h.call(None, "GET", "/healthz", None).await.status,
+        h.call(&Cred::None, "GET", "/healthz", None).await.status,
         StatusCode::OK
     );
 }
@@ -380,21 +262,16 @@ async fn api_4_identity_buckets_answer_429_with_retry_after() {
     let key = h.owner_key().await;
     let mut codes = Vec::new();
     for _ in 0..8 {
-        codes.push(
-            h.call(Some(&key), "GET", "/v1/runs", None)
-                .await
-                .status
-                .as_u16(),
-        );
+        codes.push(h.call(&key, "GET", "/v1/runs", None).await.status.as_u16());
     }
     assert_eq!(&codes[..5], &[200; 5], "{codes:?}");
     assert_eq!(codes[7], 429, "{codes:?}");
-    let r = h.call(Some(&key), "GET", "/v1/runs", None).await;
+    let r = h.call(&key, "GET", "/v1/runs", None).await;
     assert!(r.headers.contains_key("retry-after"));
     // Writes have their own bucket.
     let r = h
         .call(
-            Some(&key),
+            &key,
             "PUT",
             "/v1/secrets/X_ONE",
             Some(json!({"value": "v"})),
@@ -411,12 +288,12 @@ async fn api_4_run_quotas_are_durable_across_a_restart() {
         runs_per_user_per_day: 2,
         ..LimitConfig::unlimited()
     };
-    let h = harness(limits.clone()).await;
+    let h = harness(limits).await;
     let key = h.owner_key().await;
     for _ in 0..2 {
         let r = h
             .call(
-                Some(&key),
+                &key,
                 "POST",
                 "/v1/workers/hello/runs",
                 Some(json!({"input": {}})),
@@ -426,7 +303,7 @@ async fn api_4_run_quotas_are_durable_across_a_restart() {
     }
     let r = h
         .call(
-            Some(&key),
+            &key,
             "POST",
             "/v1/workers/hello/runs",
             Some(json!({"input": {}})),
@@ -439,15 +316,10 @@ async fn api_4_run_quotas_are_durable_across_a_restart() {
     // is implicit: the two above succeeded).
     // Restart: a new service and router on the same database.
     h.svc.store().pool().close().await;
-    let (app2, _svc2) = open(h.dir.path(), limits).await;
-    let req = Request::builder()
-        .method("POST")
-        .uri("/v1/workers/hello/runs")
-        .header("authorization", format!("Bearer {key}"))
-        .header("content-type", "application/json")
-        .body(Body::from(json!({"input": {}}).to_string()))
-        .unwrap();
-    let r = send(&app2, req).await;
+    let (app2, _svc2) = h.reopen().await;
+    let body = json!({"input": {}});
+    let req = request(&key, "POST", "/v1/workers/hello/runs", Some(&body), None);
+    let r = send(app2, req).await;
     assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS, "{}", r.body);
     assert_eq!(r.body["error"]["code"], "quota_exceeded");
 }
@@ -464,21 +336,17 @@ async fn api_6_event_streams_are_capped_per_user() {
     let key = h.owner_key().await;
     let r = h
         .call(
-            Some(&key),
+            &key,
             "POST",
             "/v1/workers/hello/runs",
             Some(json!({"input": {}})),
         )
         .await;
     let id = r.body["run"]["id"].as_str().unwrap().to_string();
-    let open = |k: String, id: String| {
+    let open = |k: Cred, id: String| {
         let app = h.app.clone();
         async move {
-            let req = Request::builder()
-                .uri(format!("/v1/runs/{id}/events"))
-                .header("authorization", format!("Bearer {k}"))
-                .body(Body::empty())
-                .unwrap();
+            let req = request(&k, "GET", &format!("/v1/runs/{id}/events"), None, None);
             app.oneshot(req).await.unwrap()
         }
     };
@@ -504,7 +372,10 @@ async fn api_6_event_streams_are_capped_per_user() {
 async fn api_5_bad_input_on_every_route_is_a_clear_4xx() {
     let h = harness(LimitConfig::unlimited()).await;
     let key = h.owner_key().await;
-    let doc = h.call(None, "GET", "/v1/openapi.json", None).await.body;
+    let doc = h
+        .call(&Cred::None, "GET", "/v1/openapi.json", None)
+        .await
+        .body;
     let deep = format!("{}1{}", "[".repeat(5000), "]".repeat(5000));
     let huge = format!("{{\"x\": \"{}\"}}", "a".repeat(2 << 20));
     let bodies: Vec<(&str, Vec<u8>)> = vec![
@@ -536,10 +407,7 @@ async fn api_5_bad_input_on_every_route_is_a_clear_4xx() {
             .collect::<Vec<_>>()
             .join("/");
         for (ct, b) in &bodies {
-            let req = Request::builder()
-                .method(m.as_str())
-                .uri(&concrete)
-                .header("authorization", format!("Bearer {key}"))
+            let req = request_builder(&key, &m, &concrete, None)
                 .header("content-type", *ct)
                 .body(Body::from(b.clone()))
                 .unwrap();
@@ -566,9 +434,7 @@ async fn api_5_bad_input_on_every_route_is_a_clear_4xx() {
         "bogus=1",
         "cursor=%00",
     ] {
-        let r = h
-            .call(Some(&key), "GET", &format!("/v1/runs?{q}"), None)
-            .await;
+        let r = h.call(&key, "GET", &format!("/v1/runs?{q}"), None).await;
         assert!(
             r.status.is_client_error() || (q.starts_with("cursor") && r.status.is_success()),
             "{q}: {}",
@@ -584,12 +450,12 @@ async fn api_7_metrics_are_for_administrators() {
     let h = harness(LimitConfig::unlimited()).await;
     let key = h.owner_key().await;
     assert_eq!(
-        h.call(None, "GET", "/metrics", None).await.status,
+        h.call(&Cred::None, "GET", "/metrics", None).await.status,
         StatusCode::UNAUTHORIZED
     );
-    let r = h.call(Some(&key), "GET", "/metrics", None).await;
+    let r = h.call(&key, "GET", "/metrics", None).await;
     assert_eq!(r.status, StatusCode::OK);
-    let text = String::from_utf8(r.raw).unwrap();
+    let text = String::from_utf8(r.bytes).unwrap();
     for m in [
         "airlock_runs",
         "airlock_queue_depth",
@@ -601,7 +467,7 @@ async fn api_7_metrics_are_for_administrators() {
         assert!(text.contains(m), "{m} missing:\n{text}");
     }
     assert_eq!(
-        h.call(None, "GET", "/readyz", None).await.body["status"],
+        h.call(&Cred::None, "GET", "/readyz", None).await.body["status"],
         "ready"
     );
 }
@@ -612,14 +478,14 @@ async fn api_7_metrics_are_for_administrators() {
 async fn api_2_workers_logs_roles_and_audit_routes() {
     let h = harness(LimitConfig::unlimited()).await;
     let key = h.owner_key().await;
-    let r = h.call(Some(&key), "GET", "/v1/workers/hello", None).await;
+    let r = h.call(&key, "GET", "/v1/workers/hello", None).await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.body);
     assert_eq!(r.body["worker"]["id"], "hello");
-    let r = h.call(Some(&key), "GET", "/v1/workers/nope", None).await;
+    let r = h.call(&key, "GET", "/v1/workers/nope", None).await;
     assert_eq!(r.status, StatusCode::NOT_FOUND);
     let r = h
         .call(
-            Some(&key),
+            &key,
             "POST",
             "/v1/workers/validate",
             Some(json!({"manifest": "[worker]\nid = \"Bad Id\"\n"})),
@@ -631,7 +497,7 @@ async fn api_2_workers_logs_roles_and_audit_routes() {
     let good = std::fs::read_to_string(h.dir.path().join("workers/hello/worker.toml")).unwrap();
     let r = h
         .call(
-            Some(&key),
+            &key,
             "POST",
             "/v1/workers/validate",
             Some(json!({"manifest": good})),
@@ -640,7 +506,7 @@ async fn api_2_workers_logs_roles_and_audit_routes() {
     assert_eq!(r.body["valid"], true, "{}", r.body);
     let run = h
         .call(
-            Some(&key),
+            &key,
             "POST",
             "/v1/workers/hello/runs",
             Some(json!({"input": {}})),
@@ -651,7 +517,7 @@ async fn api_2_workers_logs_roles_and_audit_routes() {
         .unwrap()
         .to_string();
     let r = h
-        .call(Some(&key), "GET", &format!("/v1/runs/{run}/logs"), None)
+        .call(&key, "GET", &format!("/v1/runs/{run}/logs"), None)
         .await;
     assert_eq!(r.status, StatusCode::OK);
     assert!(
@@ -660,16 +526,16 @@ async fn api_2_workers_logs_roles_and_audit_routes() {
             .unwrap()
             .starts_with("text/plain")
     );
-    let r = h.call(Some(&key), "GET", "/v1/roles", None).await;
+    let r = h.call(&key, "GET", "/v1/roles", None).await;
     assert_eq!(r.body["roles"].as_array().unwrap().len(), 6);
     assert_eq!(r.body["yours"], "owner");
-    let r = h.call(Some(&key), "GET", "/v1/audit/verify", None).await;
+    let r = h.call(&key, "GET", "/v1/audit/verify", None).await;
     assert_eq!(r.body["ok"], true, "{}", r.body);
     let n = r.body["events"].as_u64().unwrap();
     assert!(n >= 2);
-    let r = h.call(Some(&key), "GET", "/v1/audit/export", None).await;
+    let r = h.call(&key, "GET", "/v1/audit/export", None).await;
     assert_eq!(r.status, StatusCode::OK);
-    let text = String::from_utf8(r.raw).unwrap();
+    let text = String::from_utf8(r.bytes).unwrap();
     assert!(text.lines().count() as u64 >= n);
     for line in text.lines() {
         airlock_audit::from_json_line(line).unwrap();

@@ -5,213 +5,19 @@
 //! The router runs in-process on a real SQLite store; no socket is needed.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::sync::Arc;
+mod common;
+
 use std::time::{Duration, Instant};
 
-use airlock_api::auth::{Auth, AuthConfig};
-use airlock_api::{AppState, app};
-use airlock_iam::throttle::ThrottleConfig;
-use airlock_iam::{Clock, ManualClock, Permission, Role, keys, password, totp};
-use airlock_runs::{Config, Service};
-use airlock_store::Store;
-use axum::Router;
+use airlock_api::auth::AuthConfig;
+use airlock_iam::{Clock, Permission, Role, keys, password, totp};
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
-use http_body_util::BodyExt;
+use common::{Cred, Harness, PW, Resp, T0, quiet, session_of};
 use serde_json::{Value, json};
 use tower::ServiceExt;
 
-const T0: i64 = 1_800_000_000_000;
-const PW: &str = "correct horse battery staple";
-
-struct H {
-    app: Router,
-    svc: Arc<Service>,
-    clock: Arc<ManualClock>,
-    _dir: tempfile::TempDir,
-}
-
-#[derive(Debug, Clone)]
-enum Cred {
-    None,
-    Key(String),
-    Session {
-        cookie: String,
-        csrf: String,
-    },
-    /// A cookie without its CSRF token.
-    CookieOnly(String),
-}
-
-struct Resp {
-    status: StatusCode,
-    headers: axum::http::HeaderMap,
-    body: Value,
-}
-
-fn quiet() -> AuthConfig {
-    AuthConfig {
-        account_throttle: ThrottleConfig::disabled(),
-        client_throttle: ThrottleConfig::disabled(),
-        ..AuthConfig::default()
-    }
-}
-
-async fn harness(cfg: AuthConfig) -> H {
-    let dir = tempfile::tempdir().unwrap();
-    let workers = dir.path().join("workers/hello");
-    std::fs::create_dir_all(&workers).unwrap();
-    std::fs::write(
-        workers.join("worker.toml"),
-        "[worker]\nid = \"hello\"\ntitle = \"hello\"\ndescription = \"test\"\nkind = \"script\"\nentry = \"run.sh\"\nruntime = \"sh\"\n",
-    )
-    .unwrap();
-    std::fs::write(workers.join("run.sh"), "echo hi\n").unwrap();
-    let url = format!("sqlite://{}", dir.path().join("a.db").display());
-    let store = Store::open(&url).await.unwrap();
-    let svc = Service::open(
-        store,
-        Config::with_defaults(dir.path().join("data"), dir.path().join("workers")),
-    )
-    .unwrap();
-    let clock = Arc::new(ManualClock::new(T0));
-    // Rate limits have their own tests (tests/api.rs); these send hundreds
-    // of refused requests on purpose.
-    let state = AppState::with_limits(
-        svc.clone(),
-        Auth::new(cfg, clock.clone()),
-        airlock_api::limits::LimitConfig::unlimited(),
-    );
-    H {
-        app: app(state),
-        svc,
-        clock,
-        _dir: dir,
-    }
-}
-
-impl H {
-    async fn raw(&self, req: Request<Body>) -> Resp {
-        let r = self.app.clone().oneshot(req).await.unwrap();
-        let status = r.status();
-        let headers = r.headers().clone();
-        let bytes = r.into_body().collect().await.unwrap().to_bytes();
-        let body = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-        Resp {
-            status,
-            headers,
-            body,
-        }
-    }
-
-    async fn call(&self, cred: &Cred, method: &str, path: &str, body: Option<Value>) -> Resp {
-        self.call_ws(cred, method, path, body, None).await
-    }
-
-    async fn call_ws(
-        &self,
-        cred: &Cred,
-        method: &str,
-        path: &str,
-        body: Option<Value>,
-        ws: Option<&str>,
-    ) -> Resp {
-        let mut b = Request::builder().method(method).uri(path);
-        match cred {
-            Cred::None => {}
-            Cred::Key(k) => b = b.header("authorization", format!("Bearer {k}")),
-            Cred::Session { cookie, csrf } => {
-                b = b.header("cookie", cookie).header("x-csrf-token", csrf)
-            }
-            Cred::CookieOnly(c) => b = b.header("cookie", c),
-        }
-        if let Some(w) = ws {
-            b = b.header("x-airlock-workspace", w);
-        }
-        let req = match body {
-            Some(v) => b
-                .header("content-type", "application/json")
-                .body(Body::from(v.to_string()))
-                .unwrap(),
-            None => b.body(Body::empty()).unwrap(),
-        };
-        self.raw(req).await
-    }
-
-    /// Bootstrap through the API with a capability placed in the store.
-    async fn bootstrap(&self) -> Cred {
-        let token = keys::new_prefixed_token("alb");
-        self.svc
-            .store()
-            .bootstrap_begin(&keys::token_hash(&token), T0)
-            .await
-            .unwrap();
-        let r = self
-            .call(
-                &Cred::None,
-                "POST",
-                "/v1/bootstrap",
-                Some(json!({"token": token, "username": "owner", "password": PW})),
-            )
-            .await;
-        assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
-        self.login("owner", PW).await
-    }
-
-    async fn login_resp(&self, user: &str, pw: &str, cookie: Option<&str>) -> Resp {
-        let mut b = Request::builder()
-            .method("POST")
-            .uri("/v1/session")
-            .header("content-type", "application/json");
-        if let Some(c) = cookie {
-            b = b.header("cookie", c);
-        }
-        self.raw(
-            b.body(Body::from(
-                json!({"username": user, "password": pw}).to_string(),
-            ))
-            .unwrap(),
-        )
-        .await
-    }
-
-    async fn login(&self, user: &str, pw: &str) -> Cred {
-        let r = self.login_resp(user, pw, None).await;
-        assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
-        session_of(&r)
-    }
-
-    /// Adds `user` with `role` to the caller's workspace and signs them in.
-    async fn member(&self, admin: &Cred, user: &str, role: &str) -> Cred {
-        let r = self
-            .call(
-                admin,
-                "PUT",
-                &format!("/v1/members/{user}"),
-                Some(json!({"role": role})),
-            )
-            .await;
-        assert!(r.status.is_success(), "{}", r.body);
-        if let Some(t) = r.body["setup_token"].as_str() {
-            let r = self
-                .call(
-                    &Cred::None,
-                    "POST",
-                    "/v1/password/reset",
-                    Some(json!({"token": t, "new_password": PW})),
-                )
-                .await;
-            assert_eq!(r.status, StatusCode::NO_CONTENT, "{}", r.body);
-        }
-        self.login(user, PW).await
-    }
-
-    async fn key(&self, who: &Cred, body: Value) -> String {
-        let r = self.call(who, "POST", "/v1/keys", Some(body)).await;
-        assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
-        r.body["key"].as_str().unwrap().to_string()
-    }
-
+impl Harness {
     async fn create_run(&self, who: &Cred) -> Resp {
         self.call(
             who,
@@ -220,27 +26,6 @@ impl H {
             Some(json!({"input": {}})),
         )
         .await
-    }
-}
-
-fn session_of(r: &Resp) -> Cred {
-    let cookie = r.headers["set-cookie"]
-        .to_str()
-        .unwrap()
-        .split(';')
-        .next()
-        .unwrap()
-        .to_string();
-    Cred::Session {
-        cookie,
-        csrf: r.body["csrf_token"].as_str().unwrap().to_string(),
-    }
-}
-
-fn cookie_of(c: &Cred) -> String {
-    match c {
-        Cred::Session { cookie, .. } => cookie.clone(),
-        _ => panic!("not a session"),
     }
 }
 
@@ -300,8 +85,8 @@ fn protected_routes() -> Vec<(&'static str, &'static str, Option<Value>)> {
 
 #[tokio::test]
 async fn iam_6_every_route_refuses_the_unauthenticated_and_garbage_credentials() {
-    let h = harness(quiet()).await;
-    let owner = h.bootstrap().await;
+    let h = Harness::new().await;
+    let owner = h.bootstrap_owner().await;
     let garbage = [
         Cred::None,
         Cred::Key("alk_notakey".into()),
@@ -334,7 +119,7 @@ async fn iam_6_every_route_refuses_the_unauthenticated_and_garbage_credentials()
             .header("authorization", auth)
             .body(Body::empty())
             .unwrap();
-        assert_eq!(h.raw(req).await.status, StatusCode::UNAUTHORIZED, "{auth}");
+        assert_eq!(h.send(req).await.status, StatusCode::UNAUTHORIZED, "{auth}");
     }
     // Positive control: the same routes do answer an authenticated caller.
     let r = h.call(&owner, "GET", "/v1/runs", None).await;
@@ -348,8 +133,8 @@ async fn iam_6_every_route_refuses_the_unauthenticated_and_garbage_credentials()
 
 #[tokio::test]
 async fn iam_6_another_workspaces_objects_are_the_same_404_as_missing_ones() {
-    let h = harness(quiet()).await;
-    let owner = h.bootstrap().await;
+    let h = Harness::new().await;
+    let owner = h.bootstrap_owner().await;
     let r = h.create_run(&owner).await;
     assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
     let run_id = r.body["run"]["id"].as_str().unwrap().to_string();
@@ -370,16 +155,7 @@ async fn iam_6_another_workspaces_objects_are_the_same_404_as_missing_ones() {
 
     // Mallory owns her own workspace (and is a member of nothing else).
     let mallory = h.member(&owner, "mallory", "viewer").await;
-    let r = h
-        .call(
-            &mallory,
-            "POST",
-            "/v1/workspaces",
-            Some(json!({"name": "evil"})),
-        )
-        .await;
-    assert_eq!(r.status, StatusCode::CREATED);
-    let evil = r.body["id"].as_str().unwrap().to_string();
+    let evil = h.create_workspace(&mallory, "evil").await;
     h.call(&owner, "DELETE", "/v1/members/mallory", None).await;
     let mkey = {
         let r = h
@@ -472,8 +248,8 @@ async fn iam_6_another_workspaces_objects_are_the_same_404_as_missing_ones() {
 /// role lacks it (the table is `airlock_iam::roles::TABLE`).
 #[tokio::test]
 async fn iam_7_each_role_against_each_permission() {
-    let h = harness(quiet()).await;
-    let owner = h.bootstrap().await;
+    let h = Harness::new().await;
+    let owner = h.bootstrap_owner().await;
     let run = h.create_run(&owner).await.body["run"]["id"]
         .as_str()
         .unwrap()
@@ -560,8 +336,8 @@ async fn iam_7_each_role_against_each_permission() {
 
 #[tokio::test]
 async fn iam_7_nobody_grants_what_they_lack_and_a_workspace_keeps_an_owner() {
-    let h = harness(quiet()).await;
-    let owner = h.bootstrap().await;
+    let h = Harness::new().await;
+    let owner = h.bootstrap_owner().await;
     let admin = h.member(&owner, "ada", "admin").await;
     // An administrator cannot make an owner, nor touch one.
     let r = h
@@ -638,15 +414,16 @@ async fn iam_7_nobody_grants_what_they_lack_and_a_workspace_keeps_an_owner() {
 
 #[tokio::test]
 async fn iam_5_a_key_never_exceeds_its_creators_current_permissions() {
-    let h = harness(quiet()).await;
-    let owner = h.bootstrap().await;
+    let h = Harness::new().await;
+    let owner = h.bootstrap_owner().await;
     let dev = h.member(&owner, "dev", "developer").await;
-    let key = Cred::Key(h.key(&dev, json!({"name": "ci"})).await);
+    let key = Cred::Key(h.api_key(&dev, json!({"name": "ci"})).await.0);
     assert_eq!(h.create_run(&key).await.status, StatusCode::CREATED);
     // Narrow scopes narrow the key.
     let ro = Cred::Key(
-        h.key(&dev, json!({"name": "ro", "scopes": ["runs.read"]}))
-            .await,
+        h.api_key(&dev, json!({"name": "ro", "scopes": ["runs.read"]}))
+            .await
+            .0,
     );
     assert_eq!(h.create_run(&ro).await.status, StatusCode::FORBIDDEN);
     assert_eq!(
@@ -673,7 +450,7 @@ async fn iam_5_a_key_never_exceeds_its_creators_current_permissions() {
         StatusCode::UNAUTHORIZED
     );
     // Keys cannot mint keys.
-    let okey = Cred::Key(h.key(&owner, json!({"name": "o"})).await);
+    let okey = Cred::Key(h.api_key(&owner, json!({"name": "o"})).await.0);
     let r = h
         .call(&okey, "POST", "/v1/keys", Some(json!({"name": "child"})))
         .await;
@@ -682,10 +459,10 @@ async fn iam_5_a_key_never_exceeds_its_creators_current_permissions() {
 
 #[tokio::test]
 async fn iam_5_revoked_and_expired_keys_are_refused_and_last_use_is_recorded() {
-    let h = harness(quiet()).await;
-    let owner = h.bootstrap().await;
-    let k = h
-        .key(&owner, json!({"name": "short", "expires_in_s": 60}))
+    let h = Harness::new().await;
+    let owner = h.bootstrap_owner().await;
+    let (k, _) = h
+        .api_key(&owner, json!({"name": "short", "expires_in_s": 60}))
         .await;
     assert!(k.starts_with("alk_") && keys::api_key_checksum_ok(&k));
     let key = Cred::Key(k.clone());
@@ -705,7 +482,7 @@ async fn iam_5_revoked_and_expired_keys_are_refused_and_last_use_is_recorded() {
     );
     // Revoked.
     let owner = h.login("owner", PW).await;
-    let k2 = h.key(&owner, json!({"name": "long"})).await;
+    let k2 = h.api_key(&owner, json!({"name": "long"})).await.0;
     let id = h.call(&owner, "GET", "/v1/keys", None).await.body["api_keys"]
         .as_array()
         .unwrap()
@@ -743,7 +520,7 @@ async fn iam_5_revoked_and_expired_keys_are_refused_and_last_use_is_recorded() {
 
 #[tokio::test]
 async fn iam_1_bootstrap_happens_once_even_under_a_race() {
-    let h = harness(quiet()).await;
+    let h = Harness::new().await;
     let token = keys::new_prefixed_token("alb");
     h.svc
         .store()
@@ -808,8 +585,8 @@ async fn iam_1_bootstrap_happens_once_even_under_a_race() {
 
 #[tokio::test]
 async fn iam_2_stored_hashes_are_argon2id_with_the_required_parameters() {
-    let h = harness(quiet()).await;
-    let owner = h.bootstrap().await;
+    let h = Harness::new().await;
+    let owner = h.bootstrap_owner().await;
     h.member(&owner, "bob", "viewer").await;
     for name in ["owner", "bob"] {
         let u = h.svc.store().user_by_name(name).await.unwrap().unwrap();
@@ -825,12 +602,12 @@ async fn iam_2_stored_hashes_are_argon2id_with_the_required_parameters() {
 /// 5%. (Runs alone: see .config/nextest.toml.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn iam_2_login_timing_unknown_vs_known_accounts() {
-    let h = harness(quiet()).await;
-    h.bootstrap().await;
+    let h = Harness::new().await;
+    h.bootstrap_owner().await;
     let mut known = Vec::new();
     let mut unknown = Vec::new();
     // Warm-up (the dummy hash is built on first use).
-    h.login_resp("ghost", "wrong password!", None).await;
+    h.login_resp("ghost", "wrong password!").await;
     for i in 0..200 {
         // Alternate which goes first so order effects cancel out.
         let ghost = format!("ghost{i}");
@@ -840,10 +617,10 @@ async fn iam_2_login_timing_unknown_vs_known_accounts() {
             (ghost.as_str(), "owner")
         };
         let t = Instant::now();
-        let x = h.login_resp(first, "wrong password!", None).await;
+        let x = h.login_resp(first, "wrong password!").await;
         let dx = t.elapsed();
         let t = Instant::now();
-        let y = h.login_resp(second, "wrong password!", None).await;
+        let y = h.login_resp(second, "wrong password!").await;
         let dy = t.elapsed();
         let (a, b, da, db) = if i % 2 == 0 {
             (x, y, dx, dy)
@@ -884,12 +661,12 @@ async fn iam_2_login_timing_unknown_vs_known_accounts() {
 
 #[tokio::test]
 async fn iam_2_bad_login_input_and_floods_get_clear_answers() {
-    let h = harness(AuthConfig::default()).await;
-    h.bootstrap().await;
+    let h = Harness::builder().auth(AuthConfig::default()).build().await;
+    h.bootstrap_owner().await;
     // Overlong password and username: 400, not a crash, not a hash of 1 MB.
-    let r = h.login_resp("owner", &"p".repeat(100_000), None).await;
+    let r = h.login_resp("owner", &"p".repeat(100_000)).await;
     assert_eq!(r.status, StatusCode::BAD_REQUEST);
-    let r = h.login_resp(&"u".repeat(10_000), "x", None).await;
+    let r = h.login_resp(&"u".repeat(10_000), "x").await;
     assert_eq!(r.status, StatusCode::BAD_REQUEST);
     // Non-UTF-8 and non-JSON bodies.
     for body in [
@@ -903,7 +680,7 @@ async fn iam_2_bad_login_input_and_floods_get_clear_answers() {
             .header("content-type", "application/json")
             .body(Body::from(body))
             .unwrap();
-        let r = h.raw(req).await;
+        let r = h.send(req).await;
         assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.body);
         assert_eq!(r.body["error"]["code"], "invalid_body");
     }
@@ -920,9 +697,9 @@ async fn iam_2_bad_login_input_and_floods_get_clear_answers() {
     let mut a = Vec::new();
     let mut b = Vec::new();
     for _ in 0..8 {
-        let r = h.login_resp("owner", "wrong password!", None).await;
+        let r = h.login_resp("owner", "wrong password!").await;
         seq(&mut a, &r);
-        let r = h.login_resp("nobody-here", "wrong password!", None).await;
+        let r = h.login_resp("nobody-here", "wrong password!").await;
         seq(&mut b, &r);
     }
     assert_eq!(a, b, "known and unknown accounts are throttled alike");
@@ -931,10 +708,10 @@ async fn iam_2_bad_login_input_and_floods_get_clear_answers() {
     assert!(a.last().unwrap().1.is_some(), "429 carries Retry-After");
     // Even the right password waits out the delay, then works: throttling
     // slows, it never locks out for good.
-    let r = h.login_resp("owner", PW, None).await;
+    let r = h.login_resp("owner", PW).await;
     assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS);
     h.clock.advance(Duration::from_secs(16 * 60));
-    let r = h.login_resp("owner", PW, None).await;
+    let r = h.login_resp("owner", PW).await;
     assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
     // Every failure and throttle is audited.
     let lines = h
@@ -954,8 +731,8 @@ async fn iam_2_bad_login_input_and_floods_get_clear_answers() {
 
 #[tokio::test]
 async fn iam_3_csrf_is_required_on_cookie_state_changes() {
-    let h = harness(quiet()).await;
-    let owner = h.bootstrap().await;
+    let h = Harness::new().await;
+    let owner = h.bootstrap_owner().await;
     let Cred::Session { cookie, csrf } = owner.clone() else {
         unreachable!()
     };
@@ -983,19 +760,21 @@ async fn iam_3_csrf_is_required_on_cookie_state_changes() {
     // Positive control.
     assert_eq!(h.create_run(&owner).await.status, StatusCode::CREATED);
     // The cookie's attributes (IAM-3).
-    let r = h.login_resp("owner", PW, None).await;
+    let r = h.login_resp("owner", PW).await;
     let sc = r.headers["set-cookie"].to_str().unwrap();
     assert!(
         sc.contains("HttpOnly") && sc.contains("SameSite=Strict") && sc.contains("Path=/"),
         "{sc}"
     );
-    let h2 = harness(AuthConfig {
-        secure_cookies: true,
-        ..quiet()
-    })
-    .await;
-    h2.bootstrap().await;
-    let r = h2.login_resp("owner", PW, None).await;
+    let h2 = Harness::builder()
+        .auth(AuthConfig {
+            secure_cookies: true,
+            ..quiet()
+        })
+        .build()
+        .await;
+    h2.bootstrap_owner().await;
+    let r = h2.login_resp("owner", PW).await;
     let sc = r.headers["set-cookie"].to_str().unwrap();
     assert!(
         sc.starts_with("__Host-airlock_session=") && sc.contains("Secure"),
@@ -1006,15 +785,15 @@ async fn iam_3_csrf_is_required_on_cookie_state_changes() {
 
 #[tokio::test]
 async fn iam_3_login_rotates_tokens_so_a_pre_login_token_is_dead() {
-    let h = harness(quiet()).await;
-    h.bootstrap().await;
+    let h = Harness::new().await;
+    h.bootstrap_owner().await;
     let first = h.login("owner", PW).await;
-    let old = cookie_of(&first);
+    let old = first.cookie();
     // Logging in again while presenting the old cookie: a new token, and
     // the old one no longer works.
-    let r = h.login_resp("owner", PW, Some(&old)).await;
+    let r = h.login_resp_with_cookie("owner", PW, &old).await;
     let second = session_of(&r);
-    assert_ne!(cookie_of(&second), old);
+    assert_ne!(second.cookie(), old);
     assert_eq!(
         h.call(&first, "GET", "/v1/runs", None).await.status,
         StatusCode::UNAUTHORIZED
@@ -1024,7 +803,7 @@ async fn iam_3_login_rotates_tokens_so_a_pre_login_token_is_dead() {
         StatusCode::OK
     );
     // A token is 256 bits; only its hash is stored.
-    let tok = cookie_of(&second).split_once('=').unwrap().1.to_string();
+    let tok = second.cookie().split_once('=').unwrap().1.to_string();
     assert!(tok.len() >= 43);
     let s = h
         .svc
@@ -1037,13 +816,15 @@ async fn iam_3_login_rotates_tokens_so_a_pre_login_token_is_dead() {
 
 #[tokio::test]
 async fn iam_3_idle_and_absolute_expiry_follow_the_clock() {
-    let h = harness(AuthConfig {
-        idle_timeout: Duration::from_secs(600),
-        absolute_timeout: Duration::from_secs(3600),
-        ..quiet()
-    })
-    .await;
-    h.bootstrap().await;
+    let h = Harness::builder()
+        .auth(AuthConfig {
+            idle_timeout: Duration::from_secs(600),
+            absolute_timeout: Duration::from_secs(3600),
+            ..quiet()
+        })
+        .build()
+        .await;
+    h.bootstrap_owner().await;
     // Idle: used every 9 minutes it lives; 10 minutes unused ends it.
     let s = h.login("owner", PW).await;
     for _ in 0..3 {
@@ -1074,8 +855,8 @@ async fn iam_3_idle_and_absolute_expiry_follow_the_clock() {
 
 #[tokio::test]
 async fn iam_3_sessions_list_logout_and_logout_all() {
-    let h = harness(quiet()).await;
-    h.bootstrap().await;
+    let h = Harness::new().await;
+    h.bootstrap_owner().await;
     let a = h.login("owner", PW).await;
     let b = h.login("owner", PW).await;
     let c = h.login("owner", PW).await;
@@ -1109,7 +890,7 @@ async fn iam_3_sessions_list_logout_and_logout_all() {
     );
 }
 
-async fn enrol_totp(h: &H, who: &Cred) -> (Vec<u8>, Vec<String>) {
+async fn enrol_totp(h: &Harness, who: &Cred) -> (Vec<u8>, Vec<String>) {
     let r = h
         .call(
             who,
@@ -1172,18 +953,18 @@ fn base32_decode(s: &str) -> Vec<u8> {
     out
 }
 
-async fn mfa_step(h: &H, pending: &Cred, body: Value) -> Resp {
+async fn mfa_step(h: &Harness, pending: &Cred, body: Value) -> Resp {
     h.call(pending, "POST", "/v1/session/mfa", Some(body)).await
 }
 
 #[tokio::test]
 async fn iam_4_totp_steps_are_single_use_with_one_step_of_drift() {
-    let h = harness(quiet()).await;
-    let owner = h.bootstrap().await;
+    let h = Harness::new().await;
+    let owner = h.bootstrap_owner().await;
     let (secret, _) = enrol_totp(&h, &owner).await;
     // The secret is in the vault, not in the database in clear.
     let b32 = totp::base32_encode(&secret);
-    let db = std::fs::read(h._dir.path().join("a.db")).unwrap();
+    let db = std::fs::read(h.dir.path().join("a.db")).unwrap();
     assert!(
         !db.windows(b32.len()).any(|w| w == b32.as_bytes()),
         "TOTP secret stored in clear"
@@ -1194,7 +975,7 @@ async fn iam_4_totp_steps_are_single_use_with_one_step_of_drift() {
     };
     h.clock.advance(Duration::from_secs(90));
     // Password alone gives a pending session that can do nothing else.
-    let r = h.login_resp("owner", PW, None).await;
+    let r = h.login_resp("owner", PW).await;
     assert_eq!(r.body["mfa_required"], true);
     let pending = session_of(&r);
     let denied = h.call(&pending, "GET", "/v1/runs", None).await;
@@ -1209,7 +990,7 @@ async fn iam_4_totp_steps_are_single_use_with_one_step_of_drift() {
     let r = mfa_step(&h, &pending, json!({"code": code_at(-1)})).await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.body);
     let full = session_of(&r);
-    assert_ne!(cookie_of(&full), cookie_of(&pending));
+    assert_ne!(full.cookie(), pending.cookie());
     assert_eq!(
         h.call(&full, "GET", "/v1/runs", None).await.status,
         StatusCode::OK
@@ -1219,13 +1000,13 @@ async fn iam_4_totp_steps_are_single_use_with_one_step_of_drift() {
         StatusCode::UNAUTHORIZED
     );
     // Replaying that step (or an earlier one) on a new login: refused.
-    let pending = session_of(&h.login_resp("owner", PW, None).await);
+    let pending = session_of(&h.login_resp("owner", PW).await);
     let r = mfa_step(&h, &pending, json!({"code": code_at(-1)})).await;
     assert_eq!(r.status, StatusCode::UNAUTHORIZED);
     // The current and next steps are still fresh.
     let r = mfa_step(&h, &pending, json!({"code": code_at(0)})).await;
     assert_eq!(r.status, StatusCode::OK);
-    let pending = session_of(&h.login_resp("owner", PW, None).await);
+    let pending = session_of(&h.login_resp("owner", PW).await);
     let r = mfa_step(&h, &pending, json!({"code": code_at(0)})).await;
     assert_eq!(r.status, StatusCode::UNAUTHORIZED, "same step twice");
     let r = mfa_step(&h, &pending, json!({"code": code_at(1)})).await;
@@ -1234,10 +1015,10 @@ async fn iam_4_totp_steps_are_single_use_with_one_step_of_drift() {
 
 #[tokio::test]
 async fn iam_4_recovery_codes_work_once_and_an_operator_reset_clears_mfa() {
-    let h = harness(quiet()).await;
-    let owner = h.bootstrap().await;
+    let h = Harness::new().await;
+    let owner = h.bootstrap_owner().await;
     let (_, codes) = enrol_totp(&h, &owner).await;
-    let pending = session_of(&h.login_resp("owner", PW, None).await);
+    let pending = session_of(&h.login_resp("owner", PW).await);
     let r = mfa_step(
         &h,
         &pending,
@@ -1245,7 +1026,7 @@ async fn iam_4_recovery_codes_work_once_and_an_operator_reset_clears_mfa() {
     )
     .await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.body);
-    let pending = session_of(&h.login_resp("owner", PW, None).await);
+    let pending = session_of(&h.login_resp("owner", PW).await);
     let r = mfa_step(&h, &pending, json!({"recovery_code": codes[3]})).await;
     assert_eq!(
         r.status,
@@ -1284,7 +1065,7 @@ async fn iam_4_recovery_codes_work_once_and_an_operator_reset_clears_mfa() {
         h.call(&owner, "GET", "/v1/runs", None).await.status,
         StatusCode::UNAUTHORIZED
     );
-    let r = h.login_resp("owner", new_pw, None).await;
+    let r = h.login_resp("owner", new_pw).await;
     assert_eq!(r.status, StatusCode::CREATED);
     assert_eq!(r.body["mfa_required"], false);
     // An expired token is refused.
@@ -1301,8 +1082,8 @@ async fn iam_4_recovery_codes_work_once_and_an_operator_reset_clears_mfa() {
 /// `blocked` with `actor_not_authorized` (it never reaches the sandbox).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn iam_6_queued_work_rechecks_its_actor_when_it_runs() {
-    let h = harness(quiet()).await;
-    let owner = h.bootstrap().await;
+    let h = Harness::new().await;
+    let owner = h.bootstrap_owner().await;
     let asst = h.member(&owner, "asst", "human_assistant").await;
     let r = h.create_run(&asst).await;
     assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);

@@ -7,130 +7,33 @@
 //! through invitations, the last-owner race, key scopes on session routes).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::sync::Arc;
+mod common;
+
 use std::time::Duration;
 
-use airlock_api::auth::{Auth, AuthConfig};
-use airlock_api::limits::LimitConfig;
-use airlock_api::{AppState, app};
 use airlock_iam::throttle::ThrottleConfig;
-use airlock_iam::{Clock, ManualClock, keys, totp};
-use airlock_runs::{Config, Service};
-use airlock_store::{BootstrapState, Store};
-use axum::Router;
+use airlock_iam::{Clock, keys, totp};
+use airlock_store::BootstrapState;
 use axum::body::Body;
 use axum::http::{HeaderValue, Request};
-use http_body_util::BodyExt;
+use common::{Cred, Harness, PW, Resp, T0, quiet, send, session_of};
 use serde_json::{Value, json};
-use tower::ServiceExt;
 
-const T0: i64 = 1_800_000_000_000;
-const PW: &str = "correct horse battery staple";
 const RUN: &str = "POST /v1/workers/hello/runs";
-const WORKER: &str = "[worker]\nid = \"hello\"\ntitle = \"hello\"\ndescription = \"t\"\n\
-                      kind = \"script\"\nentry = \"run.sh\"\nruntime = \"sh\"\n";
-
-struct H {
-    app: Router,
-    svc: Arc<Service>,
-    clock: Arc<ManualClock>,
-    _d: tempfile::TempDir,
-}
-
-#[derive(Debug, Clone)]
-enum Cred {
-    None,
-    Key(String),
-    Session { cookie: String, csrf: String },
-}
-
-struct Resp {
-    status: u16,
-    headers: axum::http::HeaderMap,
-    body: Value,
-    text: String,
-}
-
-fn quiet() -> AuthConfig {
-    let off = ThrottleConfig::disabled();
-    let c = AuthConfig::default();
-    AuthConfig {
-        account_throttle: off,
-        client_throttle: off,
-        ..c
-    }
-}
-
-async fn harness(cfg: AuthConfig) -> H {
-    let d = tempfile::tempdir().unwrap();
-    let w = d.path().join("workers/hello");
-    std::fs::create_dir_all(&w).unwrap();
-    std::fs::write(w.join("worker.toml"), WORKER).unwrap();
-    std::fs::write(w.join("run.sh"), "echo hi\n").unwrap();
-    let url = format!("sqlite://{}", d.path().join("a.db").display());
-    let store = Store::open(&url).await.unwrap();
-    let c = Config::with_defaults(d.path().join("data"), d.path().join("workers"));
-    let svc = Service::open(store, c).unwrap();
-    let clock = Arc::new(ManualClock::new(T0));
-    // Rate limits (API-4) have their own tests; these send many refusals.
-    let (auth, unlimited) = (Auth::new(cfg, clock.clone()), LimitConfig::unlimited());
-    let state = AppState::with_limits(svc.clone(), auth, unlimited);
-    let app = app(state);
-    H {
-        app,
-        svc,
-        clock,
-        _d: d,
-    }
-}
-
-async fn send(app: Router, req: Request<Body>) -> Resp {
-    let r = app.oneshot(req).await.unwrap();
-    let (status, headers) = (r.status().as_u16(), r.headers().clone());
-    let bytes = r.into_body().collect().await.unwrap().to_bytes();
-    let body = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-    let text = String::from_utf8_lossy(&bytes).into_owned();
-    Resp {
-        status,
-        headers,
-        body,
-        text,
-    }
-}
 
 /// A request; `mp` is "METHOD /path".
 fn req(c: &Cred, mp: &str, body: Option<&Value>, ws: Option<&str>) -> Request<Body> {
     let (m, p) = mp.split_once(' ').unwrap();
-    let mut b = Request::builder().method(m).uri(p);
-    match c {
-        Cred::None => {}
-        Cred::Key(k) => b = b.header("authorization", format!("Bearer {k}")),
-        Cred::Session { cookie, csrf } => {
-            b = b.header("cookie", cookie).header("x-csrf-token", csrf)
-        }
-    }
-    if let Some(w) = ws {
-        b = b.header("x-airlock-workspace", w);
-    }
-    let ct = "application/json";
-    match body {
-        Some(v) => b.header("content-type", ct).body(Body::from(v.to_string())),
-        None => b.body(Body::empty()),
-    }
-    .unwrap()
+    common::request(c, m, p, body, ws)
 }
 
 fn is(r: &Resp, want: u16, what: &str) {
     assert_eq!(r.status, want, "{what}: {}", r.text);
 }
 
-impl H {
-    async fn raw(&self, r: Request<Body>) -> Resp {
-        send(self.app.clone(), r).await
-    }
-
+impl Harness {
     async fn go(&self, c: &Cred, mp: &str, b: Option<Value>, ws: Option<&str>) -> Resp {
-        self.raw(req(c, mp, b.as_ref(), ws)).await
+        self.send(req(c, mp, b.as_ref(), ws)).await
     }
 
     /// A bodiless request in the default workspace, asserting its status.
@@ -152,82 +55,25 @@ impl H {
         r
     }
 
-    async fn bootstrap(&self) -> Cred {
-        let token = keys::new_prefixed_token("alb");
-        let hash = keys::token_hash(&token);
-        let st = self.svc.store().bootstrap_begin(&hash, T0).await;
-        assert_eq!(st.unwrap(), BootstrapState::Open);
-        let b = json!({"token": token, "username": "owner", "password": PW});
-        self.want_b(&Cred::None, "POST /v1/bootstrap", b, 201).await;
-        self.login("owner", PW).await
-    }
-
-    async fn login_resp(&self, user: &str, pw: &str) -> Resp {
-        let b = Some(json!({"username": user, "password": pw}));
-        self.go(&Cred::None, "POST /v1/session", b, None).await
-    }
-
-    async fn login(&self, user: &str, pw: &str) -> Cred {
-        let r = self.login_resp(user, pw).await;
-        is(&r, 201, "login");
-        session_of(&r)
-    }
-
-    async fn reset(&self, token: &str, pw: &str) -> Resp {
-        let b = Some(json!({"token": token, "new_password": pw}));
-        let mp = "POST /v1/password/reset";
-        self.go(&Cred::None, mp, b, None).await
-    }
-
-    async fn put_role(&self, c: &Cred, user: &str, role: &str) -> Resp {
-        let mp = format!("PUT /v1/members/{user}");
-        self.go(c, &mp, Some(json!({ "role": role })), None).await
-    }
-
     async fn role(&self, c: &Cred, user: &str, role: &str, st: u16) {
         let r = self.put_role(c, user, role).await;
         is(&r, st, &format!("{user} to {role:?} by {c:?}"));
     }
 
-    /// Adds `user` with `role` to the caller's workspace and signs in.
-    async fn member(&self, admin: &Cred, user: &str, role: &str) -> Cred {
-        let r = self.put_role(admin, user, role).await;
-        assert!(matches!(r.status, 200 | 201), "{}", r.text);
-        if let Some(t) = r.body["setup_token"].as_str() {
-            is(&self.reset(t, PW).await, 204, "setup");
-        }
-        self.login(user, PW).await
-    }
-
     /// A new key: (the key as a credential, its id).
     async fn key(&self, who: &Cred, body: Value) -> (Cred, String) {
-        let r = self.want_b(who, "POST /v1/keys", body, 201).await;
-        let id = r.body["api_key"]["id"].as_str().unwrap().to_string();
-        (Cred::Key(r.body["key"].as_str().unwrap().into()), id)
+        let (key, id) = self.api_key(who, body).await;
+        (Cred::Key(key), id)
     }
 
     async fn mfa(&self, who: &Cred, body: Value) -> u16 {
         let r = self.go(who, "POST /v1/session/mfa", Some(body), None);
-        r.await.status
+        r.await.status.as_u16()
     }
 
     async fn session_id(&self, who: &Cred) -> String {
         let r = self.want(who, "GET /v1/session", 200).await;
         r.body["via"]["session"].as_str().unwrap().to_string()
-    }
-}
-
-fn session_of(r: &Resp) -> Cred {
-    let sc = r.headers["set-cookie"].to_str().unwrap();
-    let cookie = sc.split(';').next().unwrap().to_string();
-    let csrf = r.body["csrf_token"].as_str().unwrap().to_string();
-    Cred::Session { cookie, csrf }
-}
-
-fn parts(c: &Cred) -> (String, String) {
-    match c {
-        Cred::Session { cookie, csrf } => (cookie.clone(), csrf.clone()),
-        _ => panic!("not a session"),
     }
 }
 
@@ -237,7 +83,7 @@ fn hv(s: &str) -> HeaderValue {
 
 /// API-1: a 4xx with `{error:{code,message,request_id}}` and no internals.
 fn clean_error(r: &Resp, what: &str) {
-    let (st, text) = (r.status, &r.text);
+    let (st, text) = (r.status.as_u16(), &r.text);
     assert!((400..500).contains(&st), "{what}: {st} {text}");
     for f in ["code", "message", "request_id"] {
         let ok = r.body["error"][f].is_string();
@@ -249,20 +95,20 @@ fn clean_error(r: &Resp, what: &str) {
     }
 }
 
-fn totp_now(h: &H, secret: &[u8], offset: i64) -> Value {
+fn totp_now(h: &Harness, secret: &[u8], offset: i64) -> Value {
     let t = u64::try_from(h.clock.now_ms() / 1000 + offset * 30).unwrap();
     let code = totp::code_at(secret, totp::Algorithm::Sha1, 6, 30, t);
     json!({ "code": code })
 }
 
 /// A six-digit code that is none of the codes valid now (±1 step).
-fn wrong_code(h: &H, secret: &[u8]) -> Value {
+fn wrong_code(h: &Harness, secret: &[u8]) -> Value {
     let valid: Vec<Value> = (-1..=1).map(|o| totp_now(h, secret, o)).collect();
     let mut codes = (0..10).map(|i| json!({ "code": format!("00000{i}") }));
     codes.find(|c| !valid.contains(c)).unwrap()
 }
 
-async fn enrol_totp(h: &H, who: &Cred) -> Vec<u8> {
+async fn enrol_totp(h: &Harness, who: &Cred) -> Vec<u8> {
     let r = h
         .want_b(who, "POST /v1/mfa/totp", json!({"password": PW}), 201)
         .await;
@@ -275,8 +121,8 @@ async fn enrol_totp(h: &H, who: &Cred) -> Vec<u8> {
 
 #[tokio::test]
 async fn authorization_header_variants_fail_closed() {
-    let h = harness(quiet()).await;
-    let own = h.bootstrap().await;
+    let h = Harness::new().await;
+    let own = h.bootstrap_owner().await;
     let (Cred::Key(k), _) = h.key(&own, json!({"name": "ci"})).await else {
         unreachable!()
     };
@@ -285,7 +131,7 @@ async fn authorization_header_variants_fail_closed() {
         for a in auth {
             b = b.header("authorization", a);
         }
-        h.raw(b.body(Body::empty()).unwrap())
+        h.send(b.body(Body::empty()).unwrap())
     };
     // Positive controls: the documented forms, and surrounding blanks.
     for ok in ["Bearer ", "bearer ", "Bearer  "] {
@@ -309,9 +155,9 @@ async fn authorization_header_variants_fail_closed() {
 
 #[tokio::test]
 async fn a_cookie_request_cannot_dodge_csrf_or_be_confused_by_cookies() {
-    let h = harness(quiet()).await;
-    let (cookie, csrf) = parts(&h.bootstrap().await);
-    let (_, other_csrf) = parts(&h.login("owner", PW).await);
+    let h = Harness::new().await;
+    let (cookie, csrf) = h.bootstrap_owner().await.parts();
+    let (_, other_csrf) = h.login("owner", PW).await.parts();
     type Hs<'a> = &'a [&'a str];
     let post = |cookies: Hs, csrfs: Hs, auth: Hs| {
         let uri = "/v1/workers/hello/runs";
@@ -321,7 +167,7 @@ async fn a_cookie_request_cannot_dodge_csrf_or_be_confused_by_cookies() {
         for (name, values) in [(ck, cookies), (xs, csrfs), (au, auth)] {
             b = values.iter().fold(b, |b, v| b.header(name, hv(v)));
         }
-        h.raw(b.body(Body::from("{}")).unwrap())
+        h.send(b.body(Body::from("{}")).unwrap())
     };
     is(&post(&[&cookie], &[&csrf], &[]).await, 201, "control");
     let quoted = format!("{}\"", cookie.replacen('=', "=\"", 1));
@@ -342,7 +188,11 @@ async fn a_cookie_request_cannot_dodge_csrf_or_be_confused_by_cookies() {
     ];
     for (what, cookies, csrfs, auth) in attacks {
         let r = post(cookies, csrfs, auth).await;
-        assert!(matches!(r.status, 401 | 403), "{what}: {}", r.status);
+        assert!(
+            matches!(r.status.as_u16(), 401 | 403),
+            "{what}: {}",
+            r.status
+        );
         clean_error(&r, what);
     }
     let r = post(&["theme=dark", &cookie], &[&csrf], &[]).await;
@@ -351,9 +201,9 @@ async fn a_cookie_request_cannot_dodge_csrf_or_be_confused_by_cookies() {
     // from a sibling origin cannot stand in for the __Host- one.
     let mut cfg = quiet();
     cfg.secure_cookies = true;
-    let h2 = harness(cfg).await;
-    let s2 = h2.bootstrap().await;
-    let (c2, csrf) = parts(&s2);
+    let h2 = Harness::builder().auth(cfg).build().await;
+    let s2 = h2.bootstrap_owner().await;
+    let (c2, csrf) = s2.parts();
     assert!(c2.starts_with("__Host-airlock_session="));
     let cookie = c2.replacen("__Host-", "", 1);
     let tossed = Cred::Session { cookie, csrf };
@@ -363,12 +213,10 @@ async fn a_cookie_request_cannot_dodge_csrf_or_be_confused_by_cookies() {
 
 #[tokio::test]
 async fn the_workspace_header_never_widens_a_session_or_a_key() {
-    let h = harness(quiet()).await;
-    let own = h.bootstrap().await;
+    let h = Harness::new().await;
+    let own = h.bootstrap_owner().await;
     let dev = h.member(&own, "dev", "developer").await;
-    let b = json!({"name": "side"});
-    let r = h.want_b(&dev, "POST /v1/workspaces", b, 201).await;
-    let side = r.body["id"].as_str().unwrap().to_string();
+    let side = h.create_workspace(&dev, "side").await;
     // A key minted there acts there only, though dev is in ws_default too.
     let b = Some(json!({"name": "s"}));
     let r = h.go(&dev, "POST /v1/keys", b, Some(&side)).await;
@@ -388,7 +236,7 @@ async fn the_workspace_header_never_widens_a_session_or_a_key() {
         let mut r = req(&dev, "GET /v1/runs", None, None);
         let v = HeaderValue::from_bytes(ws).unwrap();
         r.headers_mut().insert("x-airlock-workspace", v);
-        let r = h.raw(r).await;
+        let r = h.send(r).await;
         is(&r, 404, &what);
         clean_error(&r, &what);
     }
@@ -401,8 +249,8 @@ async fn a_pending_mfa_session_is_good_for_nothing_but_the_second_factor() {
     let mut cfg = quiet();
     cfg.idle_timeout = Duration::from_secs(600);
     cfg.account_throttle = ThrottleConfig::per_account();
-    let h = harness(cfg).await;
-    let own = h.bootstrap().await;
+    let h = Harness::builder().auth(cfg).build().await;
+    let own = h.bootstrap_owner().await;
     let secret = enrol_totp(&h, &own).await;
     h.clock.advance(Duration::from_secs(60));
     let r = h.login_resp("owner", PW).await;
@@ -464,8 +312,8 @@ async fn a_pending_mfa_session_is_good_for_nothing_but_the_second_factor() {
 
 #[tokio::test]
 async fn memberships_cannot_be_used_to_climb() {
-    let h = harness(quiet()).await;
-    let own = h.bootstrap().await;
+    let h = Harness::new().await;
+    let own = h.bootstrap_owner().await;
     let adm = h.member(&own, "ada", "admin").await;
     let dev = h.member(&own, "dev", "developer").await;
     // Self-promotion and touching an owner (any spelling) are refused.
@@ -525,8 +373,8 @@ async fn memberships_cannot_be_used_to_climb() {
 /// narrowed to `runs.read` must not list or end its user's sessions.
 #[tokio::test]
 async fn a_scoped_key_cannot_manage_its_users_sessions() {
-    let h = harness(quiet()).await;
-    let own = h.bootstrap().await;
+    let h = Harness::new().await;
+    let own = h.bootstrap_owner().await;
     let body = json!({"name": "ro", "scopes": ["runs.read"]});
     let (ro, id) = h.key(&own, body).await;
     // Control: the scope is enforced on the key routes.
@@ -543,16 +391,14 @@ async fn a_scoped_key_cannot_manage_its_users_sessions() {
 /// the same moment can leave a workspace with none.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_demotions_never_leave_a_workspace_ownerless() {
-    let h = harness(quiet()).await;
-    let own = h.bootstrap().await;
+    let h = Harness::new().await;
+    let own = h.bootstrap_owner().await;
     let o2 = h.member(&own, "o2", "owner").await;
     let (promote, demote) = (json!({"role": "owner"}), json!({"role": "admin"}));
     for i in 0..20 {
-        let name = json!({ "name": format!("w{i}") });
-        let r = h.want_b(&own, "POST /v1/workspaces", name, 201).await;
-        let ws = r.body["id"].as_str().unwrap().to_string();
+        let ws = h.create_workspace(&own, &format!("w{i}")).await;
         let r = req(&own, "PUT /v1/members/o2", Some(&promote), Some(&ws));
-        is(&h.raw(r).await, 201, "second owner");
+        is(&h.send(r).await, 201, "second owner");
         let a = req(&own, "PUT /v1/members/o2", Some(&demote), Some(&ws));
         let b = req(&o2, "PUT /v1/members/owner", Some(&demote), Some(&ws));
         let a = tokio::spawn(send(h.app.clone(), a));
@@ -565,8 +411,8 @@ async fn concurrent_demotions_never_leave_a_workspace_ownerless() {
 
 #[tokio::test]
 async fn bootstrap_stays_closed_and_tokens_are_single_use_and_bound() {
-    let h = harness(quiet()).await;
-    let own = h.bootstrap().await;
+    let h = Harness::new().await;
+    let own = h.bootstrap_owner().await;
     let store = h.svc.store();
     let t = keys::new_prefixed_token("alb");
     let st = store.bootstrap_begin(&keys::token_hash(&t), T0).await;
@@ -579,8 +425,8 @@ async fn bootstrap_stays_closed_and_tokens_are_single_use_and_bound() {
     let r = h.put_role(&own, "newbie", "viewer").await;
     is(&r, 201, "invite");
     let tok = r.body["setup_token"].as_str().unwrap().to_string();
-    is(&h.reset(&tok, PW).await, 204, "setup");
-    let r = h.reset(&tok, "another long passphrase").await;
+    is(&h.reset_password(&tok, PW).await, 204, "setup");
+    let r = h.reset_password(&tok, "another long passphrase").await;
     is(&r, 403, "setup token reuse");
     clean_error(&r, "setup token reuse");
     h.login("newbie", PW).await;
@@ -609,41 +455,47 @@ async fn bootstrap_stays_closed_and_tokens_are_single_use_and_bound() {
 /// the existing (attacker-controlled) account is silently adopted.
 #[tokio::test]
 async fn an_invitation_from_another_workspace_cannot_pre_hijack_an_account() {
-    let h = harness(quiet()).await;
-    let own = h.bootstrap().await;
+    let h = Harness::new().await;
+    let own = h.bootstrap_owner().await;
     let mal = h.member(&own, "mallory", "viewer").await;
-    let b = json!({"name": "trap"});
-    let r = h.want_b(&mal, "POST /v1/workspaces", b, 201).await;
-    let trap = r.body["id"].as_str().unwrap().to_string();
+    let trap = h.create_workspace(&mal, "trap").await;
     let b = Some(json!({"role": "viewer"}));
     let r = h.go(&mal, "PUT /v1/members/carol", b, Some(&trap)).await;
     if let Some(t) = r.body["setup_token"].as_str() {
-        h.reset(t, PW).await; // mallory now knows carol's password
+        h.reset_password(t, PW).await; // mallory now knows carol's password
     }
     // Later the owner onboards the real carol as an administrator.
     let r = h.put_role(&own, "carol", "admin").await;
-    assert!(matches!(r.status, 200 | 201), "{}", r.text);
+    assert!(matches!(r.status.as_u16(), 200 | 201), "{}", r.text);
     // Either the account is not mallory's to use, or it has no power here.
     let as_carol = h.login_resp("carol", PW).await;
-    assert!(matches!(as_carol.status, 201 | 401), "{}", as_carol.text);
+    assert!(
+        matches!(as_carol.status.as_u16(), 201 | 401),
+        "{}",
+        as_carol.text
+    );
     if as_carol.status == 201 {
         let (c, b) = (session_of(&as_carol), Some(json!({"role": "admin"})));
         let r = h.go(&c, "PUT /v1/members/mallory", b, Some("ws_default"));
         let r = r.await;
-        assert!(r.status >= 400, "mallory promoted herself: {}", r.text);
+        assert!(
+            r.status.as_u16() >= 400,
+            "mallory promoted herself: {}",
+            r.text
+        );
     }
 }
 
 #[tokio::test]
 async fn hostile_bodies_get_clean_4xx_answers() {
-    let h = harness(quiet()).await;
-    let own = h.bootstrap().await;
+    let h = Harness::new().await;
+    let own = h.bootstrap_owner().await;
     let post = |path: &'static str, ct: Option<&'static str>, body: Vec<u8>| {
         let mut b = Request::builder().method("POST").uri(path);
         if let Some(ct) = ct {
             b = b.header("content-type", ct);
         }
-        h.raw(b.body(Body::from(body)).unwrap())
+        h.send(b.body(Body::from(body)).unwrap())
     };
     let (js, b) = (Some("application/json"), |s: &str| s.as_bytes().to_vec());
     let login = |u: &str, p: &str| b(&format!(r#"{{"username":"{u}","password":"{p}"}}"#));
@@ -687,8 +539,8 @@ async fn hostile_bodies_get_clean_4xx_answers() {
 /// path parameter on an authenticated route.
 #[tokio::test]
 async fn router_level_rejections_use_the_error_shape() {
-    let h = harness(quiet()).await;
-    let own = h.bootstrap().await;
+    let h = Harness::new().await;
+    let own = h.bootstrap_owner().await;
     let r405 = h.want(&own, "PATCH /v1/session", 405).await;
     let r400 = h.want(&own, "DELETE /v1/keys/%FF", 400).await;
     let (a, b) = (&r405.text, &r400.text);

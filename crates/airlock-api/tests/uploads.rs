@@ -4,132 +4,22 @@
 //! a deadline. The router runs in-process on a real SQLite store; no socket is needed.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::io::{Cursor, Write};
-use std::sync::Arc;
 use std::time::Duration;
 
-use airlock_api::auth::{Auth, AuthConfig};
 use airlock_api::uploads::{LINK_TTL_SECS, MAX_UPLOAD_BYTES};
-use airlock_api::{AppState, app};
-use airlock_iam::throttle::ThrottleConfig;
-use airlock_iam::{ManualClock, keys};
-use airlock_runs::{Config, Service};
-use airlock_store::{DEFAULT_WORKSPACE, Store};
-use axum::Router;
+use airlock_store::DEFAULT_WORKSPACE;
 use axum::body::Body;
-use axum::http::{HeaderMap, Request, StatusCode};
-use http_body_util::BodyExt;
-use serde_json::{Value, json};
-use tower::ServiceExt;
+use axum::http::{Request, StatusCode};
+use common::{Cred, Harness, Resp, T0, request_builder};
 
-const T0: i64 = 1_800_000_000_000;
-const PW: &str = "correct horse battery staple";
 const PNG: &[u8] = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR\0\0\0\x01\0\0\0\x01\x08\x06\0\0\0";
 
-struct H {
-    app: Router,
-    svc: Arc<Service>,
-    clock: Arc<ManualClock>,
-    dir: tempfile::TempDir,
-}
-
-#[derive(Debug, Clone)]
-enum Cred {
-    None,
-    Session { cookie: String, csrf: String },
-}
-
-struct Resp {
-    status: StatusCode,
-    headers: HeaderMap,
-    bytes: Vec<u8>,
-    body: Value,
-}
-
-async fn harness() -> H {
-    let dir = tempfile::tempdir().unwrap();
-    let workers = dir.path().join("workers/hello");
-    std::fs::create_dir_all(&workers).unwrap();
-    std::fs::write(
-        workers.join("worker.toml"),
-        "[worker]\nid = \"hello\"\ntitle = \"hello\"\ndescription = \"test\"\nkind = \"script\"\nentry = \"run.sh\"\nruntime = \"sh\"\n",
-    )
-    .unwrap();
-    std::fs::write(workers.join("run.sh"), "echo hi\n").unwrap();
-    let url = format!("sqlite://{}", dir.path().join("a.db").display());
-    let store = Store::open(&url).await.unwrap();
-    let svc = Service::open(
-        store,
-        Config::with_defaults(dir.path().join("data"), dir.path().join("workers")),
-    )
-    .unwrap();
-    let clock = Arc::new(ManualClock::new(T0));
-    let cfg = AuthConfig {
-        account_throttle: ThrottleConfig::disabled(),
-        client_throttle: ThrottleConfig::disabled(),
-        ..AuthConfig::default()
-    };
-    // Rate limits have their own tests; these send many refused requests on purpose.
-    let state = AppState::with_limits(
-        svc.clone(),
-        Auth::new(cfg, clock.clone()),
-        airlock_api::limits::LimitConfig::unlimited(),
-    );
-    H {
-        app: app(state),
-        svc,
-        clock,
-        dir,
-    }
-}
-
-impl H {
-    async fn raw(&self, req: Request<Body>) -> Resp {
-        let r = self.app.clone().oneshot(req).await.unwrap();
-        let status = r.status();
-        let headers = r.headers().clone();
-        let bytes = r.into_body().collect().await.unwrap().to_bytes().to_vec();
-        let body = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-        Resp {
-            status,
-            headers,
-            bytes,
-            body,
-        }
-    }
-
-    fn req(
-        &self,
-        cred: &Cred,
-        method: &str,
-        path: &str,
-        ws: Option<&str>,
-    ) -> axum::http::request::Builder {
-        let mut b = Request::builder().method(method).uri(path);
-        if let Cred::Session { cookie, csrf } = cred {
-            b = b.header("cookie", cookie).header("x-csrf-token", csrf);
-        }
-        if let Some(w) = ws {
-            b = b.header("x-airlock-workspace", w);
-        }
-        b
-    }
-
-    async fn json(&self, cred: &Cred, method: &str, path: &str, body: Option<Value>) -> Resp {
-        let b = self.req(cred, method, path, None);
-        let req = match body {
-            Some(v) => b
-                .header("content-type", "application/json")
-                .body(Body::from(v.to_string()))
-                .unwrap(),
-            None => b.body(Body::empty()).unwrap(),
-        };
-        self.raw(req).await
-    }
-
+impl Harness {
     async fn get(&self, cred: &Cred, path: &str, ws: Option<&str>) -> Resp {
-        self.raw(self.req(cred, "GET", path, ws).body(Body::empty()).unwrap())
-            .await
+        self.call_ws(cred, "GET", path, None, ws).await
     }
 
     /// `POST /v1/uploads?name=<query_name>` — `query_name` goes into the URI as given.
@@ -140,7 +30,7 @@ impl H {
         content_type: Option<&str>,
         body: Vec<u8>,
     ) -> Resp {
-        let mut b = self.req(
+        let mut b = request_builder(
             cred,
             "POST",
             &format!("/v1/uploads?name={query_name}"),
@@ -149,74 +39,7 @@ impl H {
         if let Some(ct) = content_type {
             b = b.header("content-type", ct);
         }
-        self.raw(b.body(Body::from(body)).unwrap()).await
-    }
-
-    async fn bootstrap(&self) -> Cred {
-        let token = keys::new_prefixed_token("alb");
-        self.svc
-            .store()
-            .bootstrap_begin(&keys::token_hash(&token), T0)
-            .await
-            .unwrap();
-        let r = self
-            .json(
-                &Cred::None,
-                "POST",
-                "/v1/bootstrap",
-                Some(json!({"token": token, "username": "owner", "password": PW})),
-            )
-            .await;
-        assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
-        self.login("owner").await
-    }
-
-    async fn login(&self, user: &str) -> Cred {
-        let r = self
-            .json(
-                &Cred::None,
-                "POST",
-                "/v1/session",
-                Some(json!({"username": user, "password": PW})),
-            )
-            .await;
-        assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
-        let cookie = r.headers["set-cookie"]
-            .to_str()
-            .unwrap()
-            .split(';')
-            .next()
-            .unwrap()
-            .to_string();
-        Cred::Session {
-            cookie,
-            csrf: r.body["csrf_token"].as_str().unwrap().to_string(),
-        }
-    }
-
-    /// Adds `user` with `role` to the caller's workspace and signs them in.
-    async fn member(&self, admin: &Cred, user: &str, role: &str) -> Cred {
-        let r = self
-            .json(
-                admin,
-                "PUT",
-                &format!("/v1/members/{user}"),
-                Some(json!({"role": role})),
-            )
-            .await;
-        assert!(r.status.is_success(), "{}", r.body);
-        if let Some(t) = r.body["setup_token"].as_str() {
-            let r = self
-                .json(
-                    &Cred::None,
-                    "POST",
-                    "/v1/password/reset",
-                    Some(json!({"token": t, "new_password": PW})),
-                )
-                .await;
-            assert_eq!(r.status, StatusCode::NO_CONTENT, "{}", r.body);
-        }
-        self.login(user).await
+        self.send(b.body(Body::from(body)).unwrap()).await
     }
 
     async fn user_id(&self, name: &str) -> String {
@@ -287,8 +110,8 @@ fn assert_error(r: &Resp, status: StatusCode, code: &str) {
 
 #[tokio::test]
 async fn api_5_traversal_names_are_refused_in_every_encoding_and_nothing_is_stored() {
-    let h = harness().await;
-    let owner = h.bootstrap().await;
+    let h = Harness::new().await;
+    let owner = h.bootstrap_owner().await;
     // What the handler receives after the URL layer decoded the query once.
     let names = [
         "../x",
@@ -356,8 +179,8 @@ async fn api_5_traversal_names_are_refused_in_every_encoding_and_nothing_is_stor
     }
     // A missing name, or an unknown parameter, is a bad query.
     let r = h
-        .raw(
-            h.req(&owner, "POST", "/v1/uploads", None)
+        .send(
+            request_builder(&owner, "POST", "/v1/uploads", None)
                 .header("content-type", "text/plain")
                 .body(Body::from("x"))
                 .unwrap(),
@@ -378,8 +201,8 @@ async fn api_5_traversal_names_are_refused_in_every_encoding_and_nothing_is_stor
 
 #[tokio::test]
 async fn api_5_a_good_upload_is_stored_content_addressed_and_downloads_byte_for_byte() {
-    let h = harness().await;
-    let owner = h.bootstrap().await;
+    let h = Harness::new().await;
+    let owner = h.bootstrap_owner().await;
     let cases: &[(&str, &str, &[u8], &str)] = &[
         ("report.txt", "text/plain", b"hello, world\n", "text/plain"),
         (
@@ -488,8 +311,8 @@ async fn api_5_a_good_upload_is_stored_content_addressed_and_downloads_byte_for_
 
 #[tokio::test]
 async fn api_5_a_declared_type_that_contradicts_the_content_is_415() {
-    let h = harness().await;
-    let owner = h.bootstrap().await;
+    let h = Harness::new().await;
+    let owner = h.bootstrap_owner().await;
     let cases: &[(&str, &[u8])] = &[
         ("text/plain", PNG),
         ("image/jpeg", PNG),
@@ -525,8 +348,8 @@ async fn api_5_a_declared_type_that_contradicts_the_content_is_415() {
 
 #[tokio::test]
 async fn api_5_download_links_are_bound_to_one_user_one_file_and_a_deadline() {
-    let h = harness().await;
-    let owner = h.bootstrap().await;
+    let h = Harness::new().await;
+    let owner = h.bootstrap_owner().await;
     let dev = h.member(&owner, "dev", "developer").await;
     let a = h
         .upload(&owner, "a.txt", Some("text/plain"), b"file a".to_vec())
@@ -608,8 +431,8 @@ async fn api_5_download_links_are_bound_to_one_user_one_file_and_a_deadline() {
 
 #[tokio::test]
 async fn api_5_a_body_over_25_mib_is_413_with_the_error_shape() {
-    let h = harness().await;
-    let owner = h.bootstrap().await;
+    let h = Harness::new().await;
+    let owner = h.bootstrap_owner().await;
     let r = h
         .upload(
             &owner,
@@ -634,8 +457,8 @@ async fn api_5_a_body_over_25_mib_is_413_with_the_error_shape() {
     assert_eq!(r.body["upload"]["size"], MAX_UPLOAD_BYTES);
     // Other routes keep their small limit.
     let r = h
-        .raw(
-            h.req(&owner, "POST", "/v1/workers/hello/runs", None)
+        .send(
+            request_builder(&owner, "POST", "/v1/workers/hello/runs", None)
                 .header("content-type", "application/json")
                 .body(Body::from(vec![b' '; 2 * 1024 * 1024]))
                 .unwrap(),
@@ -770,8 +593,8 @@ fn raw_deflate_zip(name: &[u8], data: &[u8], declared_size: u32) -> Vec<u8> {
 
 #[tokio::test]
 async fn api_5_zip_attacks_are_422_and_a_good_zip_is_stored() {
-    let h = harness().await;
-    let owner = h.bootstrap().await;
+    let h = Harness::new().await;
+    let owner = h.bootstrap_owner().await;
     let symlink = zip_with(|w| {
         w.start_file("ok.txt", deflated()).unwrap();
         w.write_all(b"fine").unwrap();
@@ -836,8 +659,8 @@ async fn api_5_zip_attacks_are_422_and_a_good_zip_is_stored() {
 
 #[tokio::test]
 async fn api_5_another_workspaces_upload_is_the_same_404_as_a_missing_one() {
-    let h = harness().await;
-    let owner = h.bootstrap().await;
+    let h = Harness::new().await;
+    let owner = h.bootstrap_owner().await;
     let r = h
         .upload(
             &owner,
@@ -851,17 +674,8 @@ async fn api_5_another_workspaces_upload_is_the_same_404_as_a_missing_one() {
 
     // Mallory owns another workspace and is not a member of the first.
     let mallory = h.member(&owner, "mallory", "viewer").await;
-    let evil = h
-        .json(
-            &mallory,
-            "POST",
-            "/v1/workspaces",
-            Some(json!({"name": "evil"})),
-        )
-        .await;
-    assert_eq!(evil.status, StatusCode::CREATED, "{}", evil.body);
-    let evil = evil.body["id"].as_str().unwrap().to_string();
-    h.json(&owner, "DELETE", "/v1/members/mallory", None).await;
+    let evil = h.create_workspace(&mallory, "evil").await;
+    h.call(&owner, "DELETE", "/v1/members/mallory", None).await;
 
     let theirs = h
         .get(&mallory, &format!("/v1/uploads/{id}"), Some(&evil))
@@ -878,8 +692,8 @@ async fn api_5_another_workspaces_upload_is_the_same_404_as_a_missing_one() {
     );
     // Mallory's uploads in her workspace are not visible from the first either.
     let own = h
-        .raw(
-            h.req(&mallory, "POST", "/v1/uploads?name=m.txt", Some(&evil))
+        .send(
+            request_builder(&mallory, "POST", "/v1/uploads?name=m.txt", Some(&evil))
                 .header("content-type", "text/plain")
                 .body(Body::from("mine"))
                 .unwrap(),
@@ -892,15 +706,7 @@ async fn api_5_another_workspaces_upload_is_the_same_404_as_a_missing_one() {
 
     // The owner, acting in a second workspace of theirs, meets the same 404 — even with
     // their own valid link, which is bound to user and file but served per workspace.
-    let w2 = h
-        .json(
-            &owner,
-            "POST",
-            "/v1/workspaces",
-            Some(json!({"name": "second"})),
-        )
-        .await;
-    let w2 = w2.body["id"].as_str().unwrap().to_string();
+    let w2 = h.create_workspace(&owner, "second").await;
     let r = h.get(&owner, &format!("/v1/uploads/{id}"), Some(&w2)).await;
     assert_error(&r, StatusCode::NOT_FOUND, "not_found");
     let r = h.get(&owner, &link, Some(&w2)).await;
@@ -913,8 +719,8 @@ async fn api_5_another_workspaces_upload_is_the_same_404_as_a_missing_one() {
 
 #[tokio::test]
 async fn api_5_a_viewer_cannot_upload_but_may_read() {
-    let h = harness().await;
-    let owner = h.bootstrap().await;
+    let h = Harness::new().await;
+    let owner = h.bootstrap_owner().await;
     let viewer = h.member(&owner, "vic", "viewer").await;
     let r = h
         .upload(&viewer, "v.txt", Some("text/plain"), b"nope".to_vec())
@@ -930,7 +736,7 @@ async fn api_5_a_viewer_cannot_upload_but_may_read() {
     // A session without its CSRF token cannot upload either.
     if let Cred::Session { cookie, .. } = &owner {
         let r = h
-            .raw(
+            .send(
                 Request::builder()
                     .method("POST")
                     .uri("/v1/uploads?name=x.txt")

@@ -8,242 +8,69 @@
 //! set `AIRLOCK_TEST_SKIP_STANDARDWEBHOOKS=1` to skip those cases locally).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
 
-use airlock_api::auth::{Auth, AuthConfig};
 use airlock_api::webhooks::{secret_name, vault_space};
-use airlock_api::{AppState, app};
-use airlock_iam::throttle::ThrottleConfig;
-use airlock_iam::{ManualClock, keys};
-use airlock_runs::{Config, Service};
-use airlock_store::{DEFAULT_WORKSPACE, RunRecord, Store};
-use axum::Router;
+use airlock_store::{DEFAULT_WORKSPACE, RunRecord};
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use base64::Engine;
+use common::{Cred, ECHO, Harness, PW, Resp, T0};
 use hmac::{Hmac, KeyInit, Mac};
-use http_body_util::BodyExt;
 use serde_json::{Value, json};
 use sha2::Sha256;
-use tower::ServiceExt;
 
-const T0: i64 = 1_800_000_000_000;
-const PW: &str = "correct horse battery staple";
 const WS: &str = DEFAULT_WORKSPACE;
 
-struct H {
-    app: Router,
-    svc: Arc<Service>,
-    clock: Arc<ManualClock>,
-    _dir: tempfile::TempDir,
+/// A worker's manifest: `id`, the `[[triggers]]` block, two optional inputs.
+fn manifest(id: &str, triggers: &str) -> String {
+    format!(
+        "[worker]\nid = \"{id}\"\ntitle = \"{id}\"\nkind = \"script\"\nentry = \"run.sh\"\nruntime = \"sh\"\n\n\
+         [inputs.name]\ntype = \"string\"\nrequired = false\n\n\
+         [inputs.count]\ntype = \"number\"\nrequired = false\n\n{triggers}"
+    )
 }
 
-#[derive(Debug, Clone)]
-struct Session {
-    cookie: String,
-    csrf: String,
-}
-
-#[derive(Debug)]
-struct Resp {
-    status: StatusCode,
-    body: Value,
-}
-
-/// A worker folder: `id`, the `[[triggers]]` block, two optional inputs.
-fn write_worker(root: &std::path::Path, id: &str, triggers: &str) {
-    let dir = root.join(id);
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(
-        dir.join("worker.toml"),
-        format!(
-            "[worker]\nid = \"{id}\"\ntitle = \"{id}\"\nkind = \"script\"\nentry = \"run.sh\"\nruntime = \"sh\"\n\n\
-             [inputs.name]\ntype = \"string\"\nrequired = false\n\n\
-             [inputs.count]\ntype = \"number\"\nrequired = false\n\n{triggers}"
+/// Webhook workers in each format, and one without a webhook trigger.
+async fn harness() -> Harness {
+    let workers = [
+        ("std-hook", "[[triggers]]\nkind = \"webhook\"\n"),
+        (
+            "std-explicit",
+            "[[triggers]]\nkind = \"webhook\"\nformat = \"standard\"\n",
         ),
-    )
-    .unwrap();
-    std::fs::write(dir.join("run.sh"), "echo hi\n").unwrap();
+        (
+            "gh-hook",
+            "[[triggers]]\nkind = \"webhook\"\nformat = \"github\"\n",
+        ),
+        (
+            "slack-hook",
+            "[[triggers]]\nkind = \"webhook\"\nformat = \"slack\"\n",
+        ),
+        (
+            "stripe-hook",
+            "[[triggers]]\nkind = \"webhook\"\nformat = \"stripe\"\n",
+        ),
+        ("manual-only", ""),
+    ];
+    let mut b = Harness::builder();
+    for (id, triggers) in workers {
+        b = b.worker(id, &manifest(id, triggers), ECHO);
+    }
+    b.build().await
 }
 
-async fn harness() -> H {
-    let dir = tempfile::tempdir().unwrap();
-    let workers = dir.path().join("workers");
-    write_worker(&workers, "std-hook", "[[triggers]]\nkind = \"webhook\"\n");
-    write_worker(
-        &workers,
-        "std-explicit",
-        "[[triggers]]\nkind = \"webhook\"\nformat = \"standard\"\n",
-    );
-    write_worker(
-        &workers,
-        "gh-hook",
-        "[[triggers]]\nkind = \"webhook\"\nformat = \"github\"\n",
-    );
-    write_worker(
-        &workers,
-        "slack-hook",
-        "[[triggers]]\nkind = \"webhook\"\nformat = \"slack\"\n",
-    );
-    write_worker(
-        &workers,
-        "stripe-hook",
-        "[[triggers]]\nkind = \"webhook\"\nformat = \"stripe\"\n",
-    );
-    write_worker(&workers, "manual-only", "");
-    let url = format!("sqlite://{}", dir.path().join("a.db").display());
-    let store = Store::open(&url).await.unwrap();
-    let svc = Service::open(
-        store,
-        Config::with_defaults(dir.path().join("data"), workers),
-    )
-    .unwrap();
-    let errors = svc.worker_errors();
-    assert!(errors.is_empty(), "{errors:?}");
-    let clock = Arc::new(ManualClock::new(T0));
-    let cfg = AuthConfig {
-        account_throttle: ThrottleConfig::disabled(),
-        client_throttle: ThrottleConfig::disabled(),
-        ..AuthConfig::default()
-    };
-    // Rate limits have their own tests; these send refused requests on
-    // purpose.
-    let state = AppState::with_limits(
-        svc.clone(),
-        Auth::new(cfg, clock.clone()),
-        airlock_api::limits::LimitConfig::unlimited(),
-    );
-    H {
-        app: app(state),
-        svc,
-        clock,
-        _dir: dir,
-    }
-}
-
-impl H {
-    fn store(&self) -> &Store {
-        self.svc.store()
-    }
-
+impl Harness {
     fn now_s(&self) -> i64 {
         use airlock_iam::Clock;
         self.clock.now_ms() / 1000
     }
 
-    async fn raw(&self, req: Request<Body>) -> Resp {
-        let r = self.app.clone().oneshot(req).await.unwrap();
-        let status = r.status();
-        let bytes = r.into_body().collect().await.unwrap().to_bytes();
-        Resp {
-            status,
-            body: serde_json::from_slice(&bytes).unwrap_or(Value::Null),
-        }
-    }
-
-    async fn call(
-        &self,
-        who: Option<&Session>,
-        method: &str,
-        path: &str,
-        body: Option<Value>,
-        ws: Option<&str>,
-    ) -> Resp {
-        let mut b = Request::builder().method(method).uri(path);
-        if let Some(s) = who {
-            b = b
-                .header("cookie", &s.cookie)
-                .header("x-csrf-token", &s.csrf);
-        }
-        if let Some(w) = ws {
-            b = b.header("x-airlock-workspace", w);
-        }
-        let req = match body {
-            Some(v) => b
-                .header("content-type", "application/json")
-                .body(Body::from(v.to_string()))
-                .unwrap(),
-            None => b.body(Body::empty()).unwrap(),
-        };
-        self.raw(req).await
-    }
-
-    async fn login(&self, user: &str) -> Session {
-        let req = Request::builder()
-            .method("POST")
-            .uri("/v1/session")
-            .header("content-type", "application/json")
-            .body(Body::from(
-                json!({"username": user, "password": PW}).to_string(),
-            ))
-            .unwrap();
-        let r = self.app.clone().oneshot(req).await.unwrap();
-        assert_eq!(r.status(), StatusCode::CREATED);
-        let cookie = r.headers()["set-cookie"]
-            .to_str()
-            .unwrap()
-            .split(';')
-            .next()
-            .unwrap()
-            .to_string();
-        let bytes = r.into_body().collect().await.unwrap().to_bytes();
-        let body: Value = serde_json::from_slice(&bytes).unwrap();
-        Session {
-            cookie,
-            csrf: body["csrf_token"].as_str().unwrap().to_string(),
-        }
-    }
-
-    async fn bootstrap(&self) -> Session {
-        let token = keys::new_prefixed_token("alb");
-        self.store()
-            .bootstrap_begin(&keys::token_hash(&token), T0)
-            .await
-            .unwrap();
-        let r = self
-            .call(
-                None,
-                "POST",
-                "/v1/bootstrap",
-                Some(json!({"token": token, "username": "owner", "password": PW})),
-                None,
-            )
-            .await;
-        assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
-        self.login("owner").await
-    }
-
-    /// Adds `user` with `role` to the owner's workspace and signs them in.
-    async fn member(&self, owner: &Session, user: &str, role: &str) -> Session {
-        let r = self
-            .call(
-                Some(owner),
-                "PUT",
-                &format!("/v1/members/{user}"),
-                Some(json!({"role": role})),
-                None,
-            )
-            .await;
-        assert!(r.status.is_success(), "{}", r.body);
-        if let Some(t) = r.body["setup_token"].as_str() {
-            let r = self
-                .call(
-                    None,
-                    "POST",
-                    "/v1/password/reset",
-                    Some(json!({"token": t, "new_password": PW})),
-                    None,
-                )
-                .await;
-            assert_eq!(r.status, StatusCode::NO_CONTENT, "{}", r.body);
-        }
-        self.login(user).await
-    }
-
     /// Rotates a worker's secret over HTTP; returns `(secret, version)`.
-    async fn rotate(&self, who: &Session, worker: &str, body: Option<Value>) -> (String, i64) {
+    async fn rotate(&self, who: &Cred, worker: &str, body: Option<Value>) -> (String, i64) {
         let r = self.rotate_resp(who, worker, body).await;
         assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
         assert_eq!(r.body["endpoint"], format!("/v1/hooks/{WS}/{worker}"));
@@ -253,13 +80,12 @@ impl H {
         )
     }
 
-    async fn rotate_resp(&self, who: &Session, worker: &str, body: Option<Value>) -> Resp {
+    async fn rotate_resp(&self, who: &Cred, worker: &str, body: Option<Value>) -> Resp {
         self.call(
-            Some(who),
+            who,
             "POST",
             &format!("/v1/workers/{worker}/webhook/secret"),
             body,
-            None,
         )
         .await
     }
@@ -273,7 +99,7 @@ impl H {
         for (k, v) in headers {
             b = b.header(k.as_str(), v.as_str());
         }
-        self.raw(b.body(Body::from(body.to_vec())).unwrap()).await
+        self.send(b.body(Body::from(body.to_vec())).unwrap()).await
     }
 
     async fn hook(&self, worker: &str, headers: &[(String, String)], body: &[u8]) -> Resp {
@@ -451,7 +277,7 @@ print(Webhook(secret).sign(msg_id, datetime.fromtimestamp(int(ts), tz=timezone.u
 #[tokio::test]
 async fn api_9_standard_webhooks_signed_by_the_official_library_start_one_run() {
     let x = harness().await;
-    let owner = x.bootstrap().await;
+    let owner = x.bootstrap_owner().await;
     let (secret, version) = x.rotate(&owner, "std-hook", None).await;
     assert!(secret.starts_with("whsec_"), "{secret}");
     assert_eq!(version, 1);
@@ -513,7 +339,7 @@ async fn api_9_standard_webhooks_signed_by_the_official_library_start_one_run() 
 #[tokio::test]
 async fn api_9_standard_format_is_the_default_and_explicit_standard_is_the_same() {
     let x = harness().await;
-    let owner = x.bootstrap().await;
+    let owner = x.bootstrap_owner().await;
     let (secret, _) = x.rotate(&owner, "std-explicit", None).await;
     let body = br#"{"count": 1}"#;
     let now = x.now_s();
@@ -535,7 +361,7 @@ async fn api_9_standard_format_is_the_default_and_explicit_standard_is_the_same(
 #[tokio::test]
 async fn api_9_a_replayed_delivery_is_refused_and_not_run_again() {
     let x = harness().await;
-    let owner = x.bootstrap().await;
+    let owner = x.bootstrap_owner().await;
     let (std_secret, _) = x.rotate(&owner, "std-hook", None).await;
     let (gh_secret, _) = x.rotate(&owner, "gh-hook", None).await;
     let (slack_secret, _) = x.rotate(&owner, "slack-hook", None).await;
@@ -584,7 +410,7 @@ async fn api_9_a_replayed_delivery_is_refused_and_not_run_again() {
 #[tokio::test]
 async fn api_9_a_bad_signature_gets_401_and_creates_nothing() {
     let x = harness().await;
-    let owner = x.bootstrap().await;
+    let owner = x.bootstrap_owner().await;
     let (std_secret, _) = x.rotate(&owner, "std-hook", None).await;
     let (gh_secret, _) = x.rotate(&owner, "gh-hook", None).await;
     let (slack_secret, _) = x.rotate(&owner, "slack-hook", None).await;
@@ -683,7 +509,7 @@ async fn api_9_a_bad_signature_gets_401_and_creates_nothing() {
 #[tokio::test]
 async fn api_9_unknown_endpoints_answer_exactly_like_bad_signatures() {
     let x = harness().await;
-    let owner = x.bootstrap().await;
+    let owner = x.bootstrap_owner().await;
     let (secret, _) = x.rotate(&owner, "std-hook", None).await;
     let body = br#"{"name":"ada"}"#;
     let now = x.now_s();
@@ -722,7 +548,7 @@ async fn api_9_unknown_endpoints_answer_exactly_like_bad_signatures() {
 #[tokio::test]
 async fn api_9_rotation_keeps_the_previous_secret_for_a_day_then_retires_it() {
     let x = harness().await;
-    let owner = x.bootstrap().await;
+    let owner = x.bootstrap_owner().await;
     let body = br#"{"count":1}"#;
     let (s1, v1) = x.rotate(&owner, "std-hook", None).await;
     assert_eq!(v1, 1);
@@ -783,7 +609,7 @@ async fn api_9_rotation_keeps_the_previous_secret_for_a_day_then_retires_it() {
     );
     // Two rotations in a row: only the immediately previous secret keeps
     // its grace period.
-    let owner = x.login("owner").await;
+    let owner = x.login("owner", PW).await;
     let (s3, _) = x.rotate(&owner, "std-hook", None).await;
     let (s4, v4) = x.rotate(&owner, "std-hook", None).await;
     assert_eq!(v4, 4);
@@ -812,7 +638,7 @@ async fn api_9_rotation_keeps_the_previous_secret_for_a_day_then_retires_it() {
 #[tokio::test]
 async fn api_9_github_slack_and_stripe_deliveries_start_runs() {
     let x = harness().await;
-    let owner = x.bootstrap().await;
+    let owner = x.bootstrap_owner().await;
     let (gh, _) = x.rotate(&owner, "gh-hook", None).await;
     let (st, _) = x.rotate(&owner, "stripe-hook", None).await;
     // Slack issues its own signing secret: it is imported.
@@ -868,7 +694,7 @@ async fn api_9_github_slack_and_stripe_deliveries_start_runs() {
 #[tokio::test]
 async fn api_9_verified_but_invalid_input_is_422_and_the_delivery_stays_used() {
     let x = harness().await;
-    let owner = x.bootstrap().await;
+    let owner = x.bootstrap_owner().await;
     let (secret, _) = x.rotate(&owner, "std-hook", None).await;
     let now = x.now_s();
     for (i, body) in [
@@ -892,7 +718,7 @@ async fn api_9_verified_but_invalid_input_is_422_and_the_delivery_stays_used() {
 #[tokio::test]
 async fn api_9_bodies_over_1_mib_are_refused_unread() {
     let x = harness().await;
-    let owner = x.bootstrap().await;
+    let owner = x.bootstrap_owner().await;
     let (secret, _) = x.rotate(&owner, "std-hook", None).await;
     let mut body = br#"{"name":""#.to_vec();
     body.extend(std::iter::repeat_n(b'a', 1 << 20));
@@ -906,14 +732,13 @@ async fn api_9_bodies_over_1_mib_are_refused_unread() {
 #[tokio::test]
 async fn api_9_rotation_needs_workers_write_a_visible_worker_and_a_webhook_trigger() {
     let x = harness().await;
-    let owner = x.bootstrap().await;
+    let owner = x.bootstrap_owner().await;
     // Unauthenticated.
     let r = x
         .call(
-            None,
+            &Cred::None,
             "POST",
             "/v1/workers/std-hook/webhook/secret",
-            None,
             None,
         )
         .await;
@@ -934,20 +759,10 @@ async fn api_9_rotation_needs_workers_write_a_visible_worker_and_a_webhook_trigg
     assert_eq!(r.status, StatusCode::CONFLICT, "{}", r.body);
     assert_eq!(r.body["error"]["code"], "no_webhook_trigger");
     // Another workspace does not see this workspace's workers.
+    let other = x.create_workspace(&owner, "other").await;
     let r = x
-        .call(
-            Some(&owner),
-            "POST",
-            "/v1/workspaces",
-            Some(json!({"name": "other"})),
-            None,
-        )
-        .await;
-    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
-    let other = r.body["id"].as_str().unwrap().to_string();
-    let r = x
-        .call(
-            Some(&owner),
+        .call_ws(
+            &owner,
             "POST",
             "/v1/workers/std-hook/webhook/secret",
             None,
@@ -976,9 +791,9 @@ async fn api_9_rotation_needs_workers_write_a_visible_worker_and_a_webhook_trigg
 #[tokio::test]
 async fn api_9_the_secret_is_shown_once_and_never_listed() {
     let x = harness().await;
-    let owner = x.bootstrap().await;
+    let owner = x.bootstrap_owner().await;
     let (secret, version) = x.rotate(&owner, "gh-hook", None).await;
-    let r = x.call(Some(&owner), "GET", "/v1/secrets", None, None).await;
+    let r = x.call(&owner, "GET", "/v1/secrets", None).await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.body);
     let text = r.body.to_string();
     // The signing keys live apart from the workspace's own secrets, so a
