@@ -337,7 +337,13 @@ async fn principal_from_key(state: &AppState, token: &str) -> Result<Principal, 
     if user.disabled {
         return Err(unauthenticated());
     }
-    store.touch_api_key(&k.id, now).await.map_err(store_error)?;
+    // Last use is kept to the minute: a write per request would make every
+    // authenticated read a database write.
+    if k.last_used_at
+        .is_none_or(|t| now.saturating_sub(t) >= 60_000)
+    {
+        store.touch_api_key(&k.id, now).await.map_err(store_error)?;
+    }
     let scopes = k
         .scopes
         .iter()

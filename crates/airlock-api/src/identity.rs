@@ -94,6 +94,32 @@ impl ClientMeta {
     }
 }
 
+// ------------------------------------------------------------ password work
+
+/// At most two Argon2id computations (19 MiB, ~25 ms each) at a time, on
+/// the blocking pool: a flood of logins queues here instead of stalling
+/// the async workers that serve every other request.
+static HASHING: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(2);
+
+fn internal(e: impl std::fmt::Display) -> ApiError {
+    ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string())
+}
+
+async fn verify_off_runtime(phc: Option<String>, pw: String) -> Result<bool, ApiError> {
+    let _permit = HASHING.acquire().await.map_err(internal)?;
+    tokio::task::spawn_blocking(move || password::verify_password(phc.as_deref(), &pw))
+        .await
+        .map_err(internal)
+}
+
+async fn hash_off_runtime(pw: String) -> Result<String, ApiError> {
+    let _permit = HASHING.acquire().await.map_err(internal)?;
+    tokio::task::spawn_blocking(move || password::hash_password(&pw))
+        .await
+        .map_err(internal)?
+        .map_err(internal)
+}
+
 // ---------------------------------------------------------------- bootstrap
 
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
@@ -126,8 +152,7 @@ pub async fn bootstrap(
             "workspace_name must be 1 to 100 printable characters",
         ));
     }
-    let hash = password::hash_password(&b.password)
-        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()))?;
+    let hash = hash_off_runtime(b.password.clone()).await?;
     let claimed = s
         .service
         .store()
@@ -287,10 +312,11 @@ pub async fn login(
         Some(n) => store.user_by_name(n).await?,
         None => None,
     };
-    let ok = password::verify_password(
-        user.as_ref().and_then(|u| u.password_hash.as_deref()),
-        &b.password,
-    );
+    let ok = verify_off_runtime(
+        user.as_ref().and_then(|u| u.password_hash.clone()),
+        b.password.clone(),
+    )
+    .await?;
     let user = match user {
         Some(u) if ok && !u.disabled => u,
         _ => {
@@ -619,7 +645,7 @@ pub async fn mfa_enrol(
     let b = body(b)?;
     // Re-authentication: a stolen session alone cannot enrol a factor and
     // lock the real user out.
-    if !password::verify_password(p.user.password_hash.as_deref(), &b.password) {
+    if !verify_off_runtime(p.user.password_hash.clone(), b.password.clone()).await? {
         audit(
             &s,
             SYSTEM_AUDIT,
@@ -753,8 +779,7 @@ pub async fn password_reset(
         return Ok(throttled(retry));
     }
     password::validate_new_password(&b.new_password).map_err(|e| invalid(e.to_string()))?;
-    let hash = password::hash_password(&b.new_password)
-        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()))?;
+    let hash = hash_off_runtime(b.new_password.clone()).await?;
     let store = s.service.store();
     let Some(user_id) = store
         .consume_reset_token(&keys::token_hash(&b.token), now)

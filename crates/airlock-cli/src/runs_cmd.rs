@@ -182,6 +182,9 @@ pub struct UpArgs {
     /// before it gets 429 (refilled at one per second).
     #[arg(long, env = "AIRLOCK_AUTH_FAILURE_BURST", default_value_t = 20)]
     auth_failure_burst: u32,
+    /// Sustained requests per second from one client address (burst: 3×).
+    #[arg(long, env = "AIRLOCK_RATE_PER_CLIENT_PER_S", default_value_t = 200)]
+    rate_per_client_per_s: u32,
     /// Sustained reads per second per API key or session (burst: 3×).
     #[arg(long, env = "AIRLOCK_RATE_READS_PER_S", default_value_t = 100)]
     rate_reads_per_s: u32,
@@ -299,6 +302,10 @@ pub fn up(paths: &Paths, a: &UpArgs) -> ExitCode {
             auth_failures_per_client: Some(airlock_api::limits::Bucket {
                 burst: a.auth_failure_burst.max(1),
                 per_second: 1,
+            }),
+            per_client: Some(airlock_api::limits::Bucket {
+                burst: a.rate_per_client_per_s.saturating_mul(3).max(1),
+                per_second: a.rate_per_client_per_s.max(1),
             }),
             reads_per_identity: Some(airlock_api::limits::Bucket {
                 burst: a.rate_reads_per_s.saturating_mul(3).max(1),
