@@ -529,6 +529,18 @@ async fn api_2_workers_logs_roles_and_audit_routes() {
     let r = h.call(&key, "GET", "/v1/roles", None).await;
     assert_eq!(r.body["roles"].as_array().unwrap().len(), 6);
     assert_eq!(r.body["yours"], "owner");
+    // The audit list pages by sequence number.
+    let p1 = h.call(&key, "GET", "/v1/audit?limit=1", None).await;
+    assert_eq!(p1.body["events"][0]["seq"], 1, "{}", p1.body);
+    let cur = p1.body["next_cursor"].as_i64().unwrap();
+    let p2 = h
+        .call(&key, "GET", &format!("/v1/audit?limit=1&after={cur}"), None)
+        .await;
+    assert_eq!(p2.body["events"][0]["seq"], 2, "{}", p2.body);
+    for q in ["limit=0", "limit=501", "after=x", "bogus=1"] {
+        let r = h.call(&key, "GET", &format!("/v1/audit?{q}"), None).await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{q}");
+    }
     let r = h.call(&key, "GET", "/v1/audit/verify", None).await;
     assert_eq!(r.body["ok"], true, "{}", r.body);
     let n = r.body["events"].as_u64().unwrap();

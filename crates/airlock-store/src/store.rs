@@ -544,6 +544,24 @@ impl Store {
         )
     }
 
+    /// One page of a workspace's audit lines: sequence numbers after
+    /// `after_seq`, in order, at most `limit`.
+    pub async fn audit_page(
+        &self,
+        workspace: &str,
+        after_seq: i64,
+        limit: i64,
+    ) -> Result<Vec<String>> {
+        Ok(sqlx::query_scalar(
+            "SELECT line FROM audit_events WHERE workspace_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",
+        )
+        .bind(workspace)
+        .bind(after_seq)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
     /// Workspaces that have audit events.
     pub async fn audit_workspaces(&self) -> Result<Vec<String>> {
         Ok(sqlx::query_scalar(
