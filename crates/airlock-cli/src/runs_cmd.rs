@@ -315,7 +315,6 @@ pub fn up(paths: &Paths, a: &UpArgs) -> ExitCode {
                 burst: a.rate_writes_per_s.saturating_mul(4).max(1),
                 per_second: a.rate_writes_per_s.max(1),
             }),
-            ..Default::default()
         };
         let mut state = airlock_api::AppState::with_limits(
             svc.clone(),
