@@ -544,6 +544,25 @@ impl Store {
         )
     }
 
+    /// Whether `key` already names a run of this caller in this workspace
+    /// (API-8), so a retry can be answered without spending quota.
+    pub async fn idempotency_key_used(
+        &self,
+        workspace: &str,
+        actor: &str,
+        key: &str,
+    ) -> Result<bool> {
+        let n: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM idempotency_keys WHERE workspace_id = $1 AND actor = $2 AND key = $3",
+        )
+        .bind(workspace)
+        .bind(actor)
+        .bind(key)
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(n > 0)
+    }
+
     /// One page of a workspace's audit lines: sequence numbers after
     /// `after_seq`, in order, at most `limit`.
     pub async fn audit_page(
