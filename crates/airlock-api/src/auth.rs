@@ -124,11 +124,19 @@ impl Auth {
     /// proxy — the right-most `X-Forwarded-For` entry that is not itself a
     /// trusted proxy.
     pub fn client_ip(&self, parts: &Parts) -> Option<IpAddr> {
+        // Canonical forms: an IPv4 peer on a dual-stack listener arrives as
+        // `::ffff:a.b.c.d` and must match a trusted `a.b.c.d`.
         let peer = parts
             .extensions
             .get::<ConnectInfo<SocketAddr>>()
-            .map(|c| c.0.ip())?;
-        if !self.cfg.trusted_proxies.contains(&peer) {
+            .map(|c| c.0.ip().to_canonical())?;
+        let trusted = |ip: &IpAddr| {
+            self.cfg
+                .trusted_proxies
+                .iter()
+                .any(|t| t.to_canonical() == *ip)
+        };
+        if !trusted(&peer) {
             return Some(peer);
         }
         let forwarded = parts
@@ -140,8 +148,8 @@ impl Auth {
             .map(str::trim)
             .collect::<Vec<_>>();
         for hop in forwarded.iter().rev() {
-            match hop.parse::<IpAddr>() {
-                Ok(ip) if self.cfg.trusted_proxies.contains(&ip) => continue,
+            match hop.parse::<IpAddr>().map(|ip| ip.to_canonical()) {
+                Ok(ip) if trusted(&ip) => continue,
                 Ok(ip) => return Some(ip),
                 Err(_) => return Some(peer),
             }

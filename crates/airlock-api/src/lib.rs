@@ -633,7 +633,22 @@ async fn create_run(
     } else {
         body.input
     };
-    let taken = take_run_quota(&s, &c).await?;
+    // A retry of an idempotent request is answered (or refused as a
+    // conflict) without spending quota: it creates nothing.
+    let replay = match &key {
+        Some(k) => {
+            s.service
+                .store()
+                .idempotency_key_used(&c.workspace, c.actor(), k)
+                .await?
+        }
+        None => false,
+    };
+    let taken = if replay {
+        Vec::new()
+    } else {
+        take_run_quota(&s, &c).await?
+    };
     let created = match s
         .service
         .create_run(CreateRun {

@@ -251,10 +251,11 @@ pub async fn guard(
 ) -> Response {
     let rid = airlock_store::random_id("req");
     let (parts, body) = req.into_parts();
-    let ip = s
-        .auth
-        .client_ip(&parts)
-        .unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
+    let ip = bucket_key(
+        s.auth
+            .client_ip(&parts)
+            .unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED)),
+    );
     let exempt = matches!(parts.uri.path(), "/healthz" | "/readyz");
     // A webhook sender's refused delivery (a replay, a rotated secret) must
     // not lock out its other deliveries from the same shared addresses;
@@ -299,6 +300,21 @@ pub async fn guard(
             r
         })
         .await
+}
+
+/// The address a bucket belongs to: IPv4 as is (IPv4-mapped IPv6 too),
+/// IPv6 by its /64, since one subscriber commonly holds a whole /64.
+pub fn bucket_key(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V4(_) => ip,
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => {
+                let s = v6.segments();
+                IpAddr::V6(std::net::Ipv6Addr::new(s[0], s[1], s[2], s[3], 0, 0, 0, 0))
+            }
+        },
+    }
 }
 
 fn blocked_for(l: &Limits, ip: IpAddr) -> Option<Duration> {

@@ -381,8 +381,20 @@ pub async fn create_upload(
     req: Request,
 ) -> Result<Response, ApiError> {
     c.require(Permission::RunsCreate)?;
-    let Query(q) = q.map_err(bad_query)?;
-    let name = validate_relative_path(&q.name).map_err(|e| {
+    let Query(_checked) = q.map_err(bad_query)?;
+    // The name as sent, still percent-encoded: the query extractor has
+    // already decoded it once and would have replaced invalid UTF-8 with
+    // U+FFFD; `validate_relative_path` does all the decoding itself and
+    // refuses what is not UTF-8. (`+` is a space in a query string.)
+    let raw_name = req
+        .uri()
+        .query()
+        .unwrap_or("")
+        .split('&')
+        .find_map(|kv| kv.strip_prefix("name="))
+        .unwrap_or("")
+        .replace('+', "%20");
+    let name = validate_relative_path(&raw_name).map_err(|e| {
         ApiError::new(
             StatusCode::BAD_REQUEST,
             "invalid_name",

@@ -7,7 +7,7 @@
 //! | format | headers | signed bytes | delivery id |
 //! |---|---|---|---|
 //! | Standard Webhooks (default) | `webhook-id`, `webhook-timestamp`, `webhook-signature` (`v1,<base64>` list) | `{id}.{timestamp}.{body}` | `webhook-id` |
-//! | GitHub | `X-Hub-Signature-256: sha256=<hex>`, `X-GitHub-Delivery` | `{body}` | `X-GitHub-Delivery` |
+//! | GitHub | `X-Hub-Signature-256: sha256=<hex>`, `X-GitHub-Delivery` | `{body}` | the signature (hex) |
 //! | Slack | `X-Slack-Request-Timestamp`, `X-Slack-Signature: v0=<hex>` | `v0:{ts}:{body}` | the signature (hex) |
 //! | Stripe | `Stripe-Signature: t=<ts>,v1=<hex>[,v1=…]` | `{t}.{body}` | `{t}.{sha256(body)}` |
 //!
@@ -23,9 +23,11 @@
 //!   no header edit can change. (Every Stripe event body carries its own
 //!   `evt_…` id, so two genuine events never share it.)
 //! - GitHub signs only the body: `X-GitHub-Delivery` is not covered by the
-//!   signature and there is no timestamp. Replay protection for GitHub is
-//!   therefore as good as the replay store's memory and the secrecy of
-//!   captured deliveries (TLS); that is GitHub's design, not ours.
+//!   signature (a captured request replayed with a new delivery id would
+//!   look new), so the id is the signature, a function of the body and the
+//!   key. The header is still required. There is no timestamp, so replay
+//!   protection lasts as long as the replay store remembers (a day); every
+//!   GitHub body carries unique ids, so two genuine events never collide.
 //!
 //! Secrets: for Standard Webhooks a secret is `whsec_<base64>` (the prefix
 //! is optional) and the HMAC key is the decoded bytes, as the official
@@ -255,11 +257,12 @@ fn parse_github(h: &HeaderMap) -> Result<Parsed, WebhookRefusal> {
         .strip_prefix("sha256=")
         .and_then(hex_32)
         .ok_or(WebhookRefusal::MalformedHeader(GH_SIG))?;
-    let id = delivery_id(h, GH_ID)?;
+    // Required, but not the replay key: it is not signed.
+    delivery_id(h, GH_ID)?;
     Ok(Parsed {
         prefix: Vec::new(),
+        delivery: Delivery::Given(format!("gh:{}", hex_lower(&sig))),
         signatures: vec![sig.to_vec()],
-        delivery: Delivery::Given(id.to_string()),
         timestamp: None,
     })
 }
@@ -589,10 +592,12 @@ mod tests {
             }
         );
         let gh = ALL[1].check(&ALL[1].signed(NOW, BODY), BODY).unwrap();
+        let gh_sig = ALL[1].signature(&ALL[1].secret(), NOW, BODY);
         assert_eq!(
             gh,
             Verified {
-                delivery_id: "72d3162e-cc78-11e3-81ab-4c9367dc0958".into(),
+                // The signed part, not the unsigned X-GitHub-Delivery header.
+                delivery_id: format!("gh:{}", hex_lower(&gh_sig)),
                 timestamp: None
             }
         );

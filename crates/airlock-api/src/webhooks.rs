@@ -500,22 +500,9 @@ pub async fn receive(
     };
     drop(secrets);
     let store = s.service.store();
-    if !store
-        .record_delivery(&workspace, &worker, &verified.delivery_id, now)
-        .await?
-    {
-        let why = Refusal::Replayed(verified.delivery_id);
-        return Err(refuse(&s, &workspace, &worker, why).await);
-    }
-    maybe_prune(&s, now).await;
-    let input: serde_json::Value = serde_json::from_slice(&raw).map_err(|_| {
-        ApiError::new(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "input_invalid",
-            "the body is not JSON",
-        )
-    })?;
-    // API-4: webhook runs count against the workspace's daily quota.
+    // API-4: webhook runs count against the workspace's daily quota. Taken
+    // before the delivery is recorded, so a sender told 429 can retry the
+    // same delivery later instead of having it refused as a replay.
     let taken = crate::take_quotas(
         &s,
         &[(
@@ -524,6 +511,26 @@ pub async fn receive(
         )],
     )
     .await?;
+    if !store
+        .record_delivery(&workspace, &worker, &verified.delivery_id, now)
+        .await?
+    {
+        crate::give_back(&s, taken).await;
+        let why = Refusal::Replayed(verified.delivery_id);
+        return Err(refuse(&s, &workspace, &worker, why).await);
+    }
+    maybe_prune(&s, now).await;
+    let input: serde_json::Value = match serde_json::from_slice(&raw) {
+        Ok(v) => v,
+        Err(_) => {
+            crate::give_back(&s, taken).await;
+            return Err(ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "input_invalid",
+                "the body is not JSON",
+            ));
+        }
+    };
     let created = match s
         .service
         .create_run(CreateRun {
