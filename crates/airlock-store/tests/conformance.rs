@@ -2048,3 +2048,348 @@ async fn run_6_schedule_watermark_and_stale_takeover(store: Store) {
     );
 }
 both!(run_6_schedule_watermark_and_stale_takeover);
+
+// ------------------------------------------------------------ workspace isolation: owners, audit pages, schedule fires
+//
+// Like the isolation cases above: the other workspace holds a record whose
+// other keys match the call (an owner, an audit sequence number, the same
+// worker, trigger index and fire instant), and a call for the first
+// workspace must neither count, see nor change it.
+
+async fn iam_7_last_owner_is_counted_per_workspace(store: Store) {
+    let alice = store.create_user("alice", None, 1).await.unwrap();
+    let bob = store.create_user("bob", None, 1).await.unwrap();
+    let carol = store.create_user("carol", None, 1).await.unwrap();
+    let a = store.create_workspace("A", &alice.id, 10).await.unwrap();
+    let b = store.create_workspace("B", &bob.id, 20).await.unwrap();
+    // Alice is A's only owner; bob owns B (and is a viewer in A).
+    store
+        .set_member(&a, &bob.id, "viewer", 30, rec("member.added"))
+        .await
+        .unwrap();
+    assert!(matches!(
+        store
+            .set_member(&a, &alice.id, "admin", 40, rec("member.role_changed"))
+            .await,
+        Err(StoreError::LastOwner)
+    ));
+    assert!(matches!(
+        store
+            .remove_member(&a, &alice.id, 50, rec("member.removed"))
+            .await,
+        Err(StoreError::LastOwner)
+    ));
+    // Nothing changed in A, and B's owner is untouched.
+    assert_eq!(
+        store.membership(&a, &alice.id).await.unwrap().unwrap().role,
+        "owner"
+    );
+    assert_eq!(store.count_role(&a, "owner").await.unwrap(), 1);
+    assert_eq!(
+        store.membership(&b, &bob.id).await.unwrap().unwrap().role,
+        "owner"
+    );
+    assert_eq!(
+        kinds(&store.audit_lines(&a).await.unwrap()),
+        ["workspace.created", "member.added"]
+    );
+    // With a second owner in A, alice can step down.
+    store
+        .set_member(&a, &carol.id, "owner", 60, rec("member.added"))
+        .await
+        .unwrap();
+    store
+        .set_member(&a, &alice.id, "admin", 70, rec("member.role_changed"))
+        .await
+        .unwrap();
+    // Carol is now A's only owner again: B's owner does not count for A.
+    assert!(matches!(
+        store
+            .remove_member(&a, &carol.id, 80, rec("member.removed"))
+            .await,
+        Err(StoreError::LastOwner)
+    ));
+    assert_eq!(store.count_role(&a, "owner").await.unwrap(), 1);
+}
+both!(iam_7_last_owner_is_counted_per_workspace);
+
+async fn aud_2_audit_pages_are_per_workspace(store: Store) {
+    store.ensure_workspace(WS_B, "b").await.unwrap();
+    // B has more lines than A, under the same sequence numbers and after
+    // every sequence number A has.
+    for _ in 0..5 {
+        store
+            .audit(WS_B, AuditRecord::system("b.event", None))
+            .await
+            .unwrap();
+    }
+    for _ in 0..2 {
+        store
+            .audit(DEFAULT_WORKSPACE, AuditRecord::system("a.event", None))
+            .await
+            .unwrap();
+    }
+    let all_a = store.audit_lines(DEFAULT_WORKSPACE).await.unwrap();
+    assert_eq!(all_a.len(), 2);
+    assert_eq!(
+        store.audit_page(DEFAULT_WORKSPACE, 0, 100).await.unwrap(),
+        all_a,
+        "A's first page is A's lines only"
+    );
+    assert_eq!(
+        store.audit_page(DEFAULT_WORKSPACE, 0, 1).await.unwrap(),
+        all_a[..1]
+    );
+    assert_eq!(
+        store.audit_page(DEFAULT_WORKSPACE, 1, 100).await.unwrap(),
+        all_a[1..]
+    );
+    assert!(
+        store
+            .audit_page(DEFAULT_WORKSPACE, 2, 100)
+            .await
+            .unwrap()
+            .is_empty(),
+        "after A's last line there is nothing, whatever B has"
+    );
+    let page_b = store.audit_page(WS_B, 2, 100).await.unwrap();
+    assert_eq!(kinds(&page_b), ["b.event", "b.event", "b.event"]);
+    assert_eq!(page_b, store.audit_lines(WS_B).await.unwrap()[2..]);
+}
+both!(aud_2_audit_pages_are_per_workspace);
+
+/// Lists a schedule's rows as `(fire_at, outcome, run_id, created_at)`.
+async fn fire_rows(
+    store: &Store,
+    ws: &str,
+    worker: &str,
+    index: i64,
+) -> Vec<(i64, String, Option<String>, i64)> {
+    store
+        .list_fires(ws, worker, index, 100)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|f| (f.fire_at, f.outcome, f.run_id, f.created_at))
+        .collect()
+}
+
+async fn run_6_fire_reclaim_is_workspace_scoped(store: Store) {
+    store.ensure_workspace(WS_B, "b").await.unwrap();
+    let fire = 1_800_000_060_000;
+    // The same fire claimed in both workspaces: B's claim is stale, A's is
+    // fresh.
+    assert!(
+        store
+            .claim_fire(WS_B, "nightly", 1, fire, fire)
+            .await
+            .unwrap()
+    );
+    assert!(
+        store
+            .claim_fire(DEFAULT_WORKSPACE, "nightly", 1, fire, fire + 100_000)
+            .await
+            .unwrap()
+    );
+    let later = fire + 300_000;
+    assert!(
+        !store
+            .reclaim_fire(DEFAULT_WORKSPACE, "nightly", 1, fire, fire + 1, later)
+            .await
+            .unwrap(),
+        "A's claim is not stale; B's stale claim is not A's to take over"
+    );
+    assert_eq!(
+        fire_rows(&store, WS_B, "nightly", 1).await,
+        [(fire, FIRE_CLAIMED.to_string(), None, fire)],
+        "B's claim is untouched"
+    );
+    assert_eq!(
+        fire_rows(&store, DEFAULT_WORKSPACE, "nightly", 1).await,
+        [(fire, FIRE_CLAIMED.to_string(), None, fire + 100_000)]
+    );
+    // B's claim is B's to take over.
+    assert!(
+        store
+            .reclaim_fire(WS_B, "nightly", 1, fire, fire + 1, later)
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        fire_rows(&store, WS_B, "nightly", 1).await,
+        [(fire, FIRE_CLAIMED.to_string(), None, later)]
+    );
+    assert_eq!(
+        fire_rows(&store, DEFAULT_WORKSPACE, "nightly", 1).await,
+        [(fire, FIRE_CLAIMED.to_string(), None, fire + 100_000)]
+    );
+}
+both!(run_6_fire_reclaim_is_workspace_scoped);
+
+async fn run_6_fire_outcome_is_workspace_scoped(store: Store) {
+    store.ensure_workspace(WS_B, "b").await.unwrap();
+    let fire = 1_800_000_120_000;
+    assert!(
+        store
+            .claim_fire(WS_B, "nightly", 1, fire, fire)
+            .await
+            .unwrap()
+    );
+    // Only B claimed this fire: A has nothing to record an outcome on.
+    assert!(matches!(
+        store
+            .set_fire_outcome(
+                DEFAULT_WORKSPACE,
+                "nightly",
+                1,
+                fire,
+                "created",
+                Some("run_a")
+            )
+            .await,
+        Err(StoreError::NotFound)
+    ));
+    assert_eq!(
+        fire_rows(&store, WS_B, "nightly", 1).await,
+        [(fire, FIRE_CLAIMED.to_string(), None, fire)]
+    );
+    // Both claimed it: A's outcome is A's alone.
+    assert!(
+        store
+            .claim_fire(DEFAULT_WORKSPACE, "nightly", 1, fire, fire + 5)
+            .await
+            .unwrap()
+    );
+    store
+        .set_fire_outcome(
+            DEFAULT_WORKSPACE,
+            "nightly",
+            1,
+            fire,
+            "created",
+            Some("run_a"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        fire_rows(&store, DEFAULT_WORKSPACE, "nightly", 1).await,
+        [(
+            fire,
+            "created".to_string(),
+            Some("run_a".to_string()),
+            fire + 5
+        )]
+    );
+    assert_eq!(
+        fire_rows(&store, WS_B, "nightly", 1).await,
+        [(fire, FIRE_CLAIMED.to_string(), None, fire)],
+        "B's claim keeps its outcome"
+    );
+}
+both!(run_6_fire_outcome_is_workspace_scoped);
+
+async fn run_6_fire_reads_are_workspace_scoped(store: Store) {
+    store.ensure_workspace(WS_B, "b").await.unwrap();
+    let t0 = 1_800_000_000_000;
+    // B's schedule with the same worker and trigger index fired more, and
+    // later, than A's.
+    for (i, at) in [t0, t0 + 60_000, t0 + 120_000].into_iter().enumerate() {
+        assert!(store.claim_fire(WS_B, "w", 0, at, at).await.unwrap());
+        store
+            .set_fire_outcome(WS_B, "w", 0, at, "created", Some(&format!("run_b{i}")))
+            .await
+            .unwrap();
+    }
+    // A has never fired or armed this schedule.
+    assert_eq!(
+        store.latest_fire(DEFAULT_WORKSPACE, "w", 0).await.unwrap(),
+        None
+    );
+    assert!(
+        store
+            .list_fires(DEFAULT_WORKSPACE, "w", 0, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    // A is armed at t0 and fires once, at t0 + 60s.
+    store
+        .arm_schedule(DEFAULT_WORKSPACE, "w", 0, t0)
+        .await
+        .unwrap();
+    let fire = t0 + 60_000;
+    assert!(
+        store
+            .claim_fire(DEFAULT_WORKSPACE, "w", 0, fire, fire)
+            .await
+            .unwrap()
+    );
+    let latest = store
+        .latest_fire(DEFAULT_WORKSPACE, "w", 0)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (latest.fire_at, latest.outcome.as_str(), latest.run_id),
+        (fire, FIRE_CLAIMED, None),
+        "A's watermark is A's newest row, not B's"
+    );
+    assert_eq!(
+        fire_rows(&store, DEFAULT_WORKSPACE, "w", 0).await,
+        [
+            (fire, FIRE_CLAIMED.to_string(), None, fire),
+            (t0, FIRE_ARMED.to_string(), None, t0)
+        ]
+    );
+    assert_eq!(
+        store
+            .list_fires(DEFAULT_WORKSPACE, "w", 0, 1)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    let b = store.latest_fire(WS_B, "w", 0).await.unwrap().unwrap();
+    assert_eq!(
+        (b.fire_at, b.run_id.as_deref()),
+        (t0 + 120_000, Some("run_b2"))
+    );
+    assert_eq!(fire_rows(&store, WS_B, "w", 0).await.len(), 3);
+}
+both!(run_6_fire_reads_are_workspace_scoped);
+
+async fn api_8_idempotency_key_used_is_per_workspace(store: Store) {
+    store.ensure_workspace(WS_B, "b").await.unwrap();
+    let mut r = run_in(WS_B, "hello");
+    r.idempotency = Some(("key-1".into(), "hash-a".into()));
+    store.create_run(r).await.unwrap();
+    assert!(
+        store
+            .idempotency_key_used(WS_B, "tester", "key-1")
+            .await
+            .unwrap()
+    );
+    assert!(
+        !store
+            .idempotency_key_used(DEFAULT_WORKSPACE, "tester", "key-1")
+            .await
+            .unwrap(),
+        "B's key is not used in A"
+    );
+    assert!(
+        !store
+            .idempotency_key_used(WS_B, "someone-else", "key-1")
+            .await
+            .unwrap()
+    );
+    let mut r = new_run("hello");
+    r.idempotency = Some(("key-1".into(), "hash-a".into()));
+    store.create_run(r).await.unwrap();
+    assert!(
+        store
+            .idempotency_key_used(DEFAULT_WORKSPACE, "tester", "key-1")
+            .await
+            .unwrap()
+    );
+}
+both!(api_8_idempotency_key_used_is_per_workspace);
