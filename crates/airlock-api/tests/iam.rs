@@ -66,6 +66,8 @@ fn protected_routes() -> Vec<(&'static str, &'static str, Option<Value>)> {
         ("GET", "/v1/audit/verify", None),
         ("GET", "/v1/audit/export", None),
         ("GET", "/v1/uploads/upl_x", None),
+        ("GET", "/v1/uploads/upl_x/content", None),
+        ("POST", "/v1/uploads?name=a.txt", Some(json!({}))),
         ("POST", "/v1/workers/hello/webhook/secret", None),
         ("GET", "/metrics", None),
         ("POST", "/v1/workers/reload", None),
