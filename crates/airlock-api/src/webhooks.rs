@@ -61,13 +61,6 @@ pub const DELIVERY_RETENTION_MS: i64 = 24 * 3600 * 1000;
 /// At most one prune of the replay store per process this often.
 const PRUNE_EVERY_MS: i64 = 10 * 60 * 1000;
 
-/// Serialises this module's vault work within the process. The vault holds
-/// an exclusive lock on the key directory while open — across the store
-/// calls of a read — and a second opener waits by sleeping its thread, so
-/// two deliveries at once would stall each other (on a single-threaded
-/// runtime, fail). Waiting here is asynchronous and costs no thread.
-static VAULT_TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
 /// The routes of this module, with their OpenAPI descriptions.
 pub fn routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -248,7 +241,6 @@ pub async fn rotate_secret(
     // The version row commits first: should the vault write fail, the new
     // version has no value and never verifies, while the previous one keeps
     // its grace period; rotating again repairs it.
-    let _turn = VAULT_TURN.lock().await;
     s.service
         .secrets()
         .set(
@@ -392,7 +384,6 @@ async fn live_secrets(
     let Some(&(newest, newest_at)) = versions.first() else {
         return Ok(Vec::new());
     };
-    let _turn = VAULT_TURN.lock().await;
     let in_grace = now < newest_at.saturating_add(GRACE_MS);
     if !in_grace && versions.len() > 1 {
         let actor = format!("webhook:{worker}");
