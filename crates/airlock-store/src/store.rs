@@ -314,17 +314,19 @@ pub struct Store {
     url: String,
 }
 
+// Migrations whose SQL is the same on both backends live once, in
+// `migrations/shared/`; only the first differs by dialect (its triggers).
 const SQLITE_MIGRATIONS: &[(i64, &str)] = &[
     (1, include_str!("../migrations/sqlite/0001_init.sql")),
-    (2, include_str!("../migrations/sqlite/0002_secrets.sql")),
-    (3, include_str!("../migrations/sqlite/0003_identity.sql")),
-    (4, include_str!("../migrations/sqlite/0004_api.sql")),
+    (2, include_str!("../migrations/shared/0002_secrets.sql")),
+    (3, include_str!("../migrations/shared/0003_identity.sql")),
+    (4, include_str!("../migrations/shared/0004_api.sql")),
 ];
 const POSTGRES_MIGRATIONS: &[(i64, &str)] = &[
     (1, include_str!("../migrations/postgres/0001_init.sql")),
-    (2, include_str!("../migrations/postgres/0002_secrets.sql")),
-    (3, include_str!("../migrations/postgres/0003_identity.sql")),
-    (4, include_str!("../migrations/postgres/0004_api.sql")),
+    (2, include_str!("../migrations/shared/0002_secrets.sql")),
+    (3, include_str!("../migrations/shared/0003_identity.sql")),
+    (4, include_str!("../migrations/shared/0004_api.sql")),
 ];
 
 /// The newest schema version this build knows.

@@ -302,3 +302,31 @@ fn api_1_schemathesis_finds_no_server_errors_or_schema_violations() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// API-7: `--metrics-listen` serves Prometheus text without credentials on
+/// its own address, while `/metrics` on the API listener still needs an
+/// administrator (the control).
+#[test]
+fn api_7_metrics_listener_is_separate_from_the_api() {
+    let env = Env::new();
+    let mport = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let listen = format!("127.0.0.1:{mport}");
+    let s = Server::start(&env, &[("AIRLOCK_METRICS_LISTEN", &listen)]);
+    let (c, _) = s.request("GET", "/metrics", None, &[("authorization", "none")]);
+    assert_eq!(c, 401, "the API listener's /metrics needs credentials");
+    let (c, _) = s.request("GET", "/metrics", None, &[]);
+    assert_eq!(c, 200, "an owner's key may read it there");
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", mport)).unwrap();
+    stream
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut out = String::new();
+    std::io::Read::read_to_string(&mut stream, &mut out).unwrap();
+    assert!(out.starts_with("HTTP/1.1 200"), "{out}");
+    assert!(out.contains("airlock_queue_depth"), "{out}");
+    assert!(out.contains("airlock_rate_limited_total"), "{out}");
+}
