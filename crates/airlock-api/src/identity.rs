@@ -435,7 +435,7 @@ async fn totp_secret(s: &AppState, user_id: &str) -> Result<Vec<u8>, ApiError> {
         .read_for_run(IDENTITY_VAULT, &totp_secret_name(user_id), "mfa")
         .await
         .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()))?;
-    let text = airlock_runs::secrets::bytes(&v);
+    let text = airlock_service::secrets::bytes(&v);
     std::str::from_utf8(&text)
         .ok()
         .and_then(totp::base32_decode)

@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use airlock_iam::Permission;
-use airlock_runs::{CreateRun, Service, ServiceError};
+use airlock_service::{CreateRun, Service, ServiceError};
 use airlock_store::RunState;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
@@ -876,8 +876,8 @@ async fn artifact(
     Ok(r)
 }
 
-fn secret_error(e: airlock_runs::secrets::SecretError) -> ApiError {
-    use airlock_runs::secrets::SecretError as E;
+fn secret_error(e: airlock_service::secrets::SecretError) -> ApiError {
+    use airlock_service::secrets::SecretError as E;
     let status = match &e {
         E::Invalid(_) | E::Platform(_) => StatusCode::UNPROCESSABLE_ENTITY,
         E::Missing(_) => StatusCode::NOT_FOUND,

@@ -9,7 +9,7 @@ use std::fmt::Write;
 use std::sync::atomic::Ordering::Relaxed;
 
 use airlock_iam::Permission;
-use airlock_runs::metrics::{COUNTERS, DURATION_BUCKETS, TERMINAL};
+use airlock_service::metrics::{COUNTERS, DURATION_BUCKETS, TERMINAL};
 use axum::extract::State;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
@@ -21,27 +21,27 @@ use crate::{ApiError, AppState};
 pub async fn render(s: &AppState) -> Result<String, ApiError> {
     let mut out = String::new();
     let by_state = s.service.store().count_by_state().await?;
-    let _ = writeln!(out, "# HELP airlock_runs Runs in the database by state.");
-    let _ = writeln!(out, "# TYPE airlock_runs gauge");
+    let _ = writeln!(out, "# HELP airlock_service Runs in the database by state.");
+    let _ = writeln!(out, "# TYPE airlock_service gauge");
     let mut queued = 0;
     for (state, n) in &by_state {
         if state == "queued" {
             queued = *n;
         }
-        let _ = writeln!(out, "airlock_runs{{state=\"{state}\"}} {n}");
+        let _ = writeln!(out, "airlock_service{{state=\"{state}\"}} {n}");
     }
     let _ = writeln!(out, "# HELP airlock_queue_depth Runs waiting to start.");
     let _ = writeln!(out, "# TYPE airlock_queue_depth gauge");
     let _ = writeln!(out, "airlock_queue_depth {queued}");
     let _ = writeln!(
         out,
-        "# HELP airlock_runs_finished_total Runs this process finished, by state."
+        "# HELP airlock_service_finished_total Runs this process finished, by state."
     );
-    let _ = writeln!(out, "# TYPE airlock_runs_finished_total counter");
+    let _ = writeln!(out, "# TYPE airlock_service_finished_total counter");
     for (i, st) in TERMINAL.iter().enumerate() {
         let _ = writeln!(
             out,
-            "airlock_runs_finished_total{{state=\"{}\"}} {}",
+            "airlock_service_finished_total{{state=\"{}\"}} {}",
             st.as_str(),
             COUNTERS.finished[i].load(Relaxed)
         );

@@ -30,8 +30,8 @@
 use std::sync::atomic::{AtomicI64, Ordering};
 
 use airlock_iam::Permission;
-use airlock_runs::CreateRun;
-use airlock_runs::secrets::SecretError;
+use airlock_service::CreateRun;
+use airlock_service::secrets::SecretError;
 use airlock_store::AuditRecord;
 use airlock_vault::ExposeSecret;
 use airlock_worker::{Bundle, Trigger, WebhookFormat};

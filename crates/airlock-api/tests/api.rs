@@ -457,7 +457,7 @@ async fn api_7_metrics_are_for_administrators() {
     assert_eq!(r.status, StatusCode::OK);
     let text = String::from_utf8(r.bytes).unwrap();
     for m in [
-        "airlock_runs",
+        "airlock_service",
         "airlock_queue_depth",
         "airlock_run_duration_seconds_bucket",
         "airlock_sandbox_launches_total",

@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use airlock_runs::{Config, CreateRun, Service};
+use airlock_service::{Config, CreateRun, Service};
 use airlock_store::{DEFAULT_WORKSPACE, RunRecord, RunState, Store};
 use clap::{Args, Subcommand};
 

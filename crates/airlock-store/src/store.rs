@@ -400,7 +400,7 @@ impl Store {
             return Ok(None);
         }
         let mut l = sqlx::postgres::PgListener::connect(&self.url).await?;
-        l.listen("airlock_runs").await?;
+        l.listen("airlock_service").await?;
         Ok(Some(l))
     }
 
@@ -662,7 +662,7 @@ impl Store {
         }
         if self.backend == Backend::Postgres {
             // OPS-2: wake idle executors on every node (delivered at commit).
-            sqlx::query("SELECT pg_notify('airlock_runs', $1)")
+            sqlx::query("SELECT pg_notify('airlock_service', $1)")
                 .bind(&id)
                 .execute(&mut *tx)
                 .await?;

@@ -15,7 +15,7 @@ use airlock_api::limits::LimitConfig;
 use airlock_api::{AppState, app};
 use airlock_iam::throttle::ThrottleConfig;
 use airlock_iam::{Clock, ManualClock, keys};
-use airlock_runs::{Config, Service};
+use airlock_service::{Config, Service};
 use airlock_store::{BootstrapState, Store};
 use axum::Router;
 use axum::body::Body;

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use airlock_iam::ManualClock;
-use airlock_runs::{Config, FireOutcome, FireResult, Service};
+use airlock_service::{Config, FireOutcome, FireResult, Service};
 use airlock_store::{DEFAULT_WORKSPACE, RunRecord, Store, random_id};
 use sqlx::Connection;
 
@@ -297,7 +297,7 @@ async fn run_6_a_stale_claim_is_taken_over_without_a_duplicate_run() {
     );
     let orphan = n
         .svc
-        .create_run(airlock_runs::CreateRun {
+        .create_run(airlock_service::CreateRun {
             workspace: WS.into(),
             worker_id: "quarter".into(),
             input: serde_json::json!({"team": "core"}),
@@ -467,7 +467,7 @@ async fn run_6_an_unknown_zone_is_reported_and_never_fires() {
     assert_eq!(entries.len(), 1);
     assert_eq!(
         entries[0].schedule.as_ref().err(),
-        Some(&airlock_runs::schedule_eval::ScheduleError::UnknownZone(
+        Some(&airlock_service::schedule_eval::ScheduleError::UnknownZone(
             "Europe/Atlantis".into()
         ))
     );
