@@ -8,8 +8,9 @@
 //! buckets are checked here, before any handler runs. Answers over a limit
 //! are 429 with `Retry-After`.
 //!
-//! Durable quotas (per user and per workspace, surviving restarts) live in
-//! the store; see `quota_exceeded` in `lib.rs`.
+//! These are per-process protections of the HTTP server. Durable quotas
+//! (per user and per workspace, surviving restarts and shared by nodes)
+//! are rules of the service (`Service::create_run`).
 
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr};
@@ -19,7 +20,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use axum::extract::Request;
-use axum::http::{HeaderValue, Method, StatusCode, header};
+use axum::http::{HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use governor::clock::{Clock as _, DefaultClock};
@@ -49,10 +50,6 @@ pub struct LimitConfig {
     pub writes_per_identity: Option<Bucket>,
     /// Concurrent event streams per user.
     pub streams_per_user: usize,
-    /// Runs a user may create per UTC day (durable).
-    pub runs_per_user_per_day: i64,
-    /// Runs a workspace may create per UTC day (durable).
-    pub runs_per_workspace_per_day: i64,
 }
 
 impl Default for LimitConfig {
@@ -75,8 +72,6 @@ impl Default for LimitConfig {
                 per_second: 30,
             }),
             streams_per_user: 16,
-            runs_per_user_per_day: 10_000,
-            runs_per_workspace_per_day: 50_000,
         }
     }
 }
@@ -89,8 +84,6 @@ impl LimitConfig {
             reads_per_identity: None,
             writes_per_identity: None,
             streams_per_user: usize::MAX,
-            runs_per_user_per_day: i64::MAX,
-            runs_per_workspace_per_day: i64::MAX,
         }
     }
 }
@@ -113,7 +106,6 @@ pub struct LimitCounters {
     pub rejected_auth_failures: AtomicU64,
     pub rejected_identity: AtomicU64,
     pub rejected_streams: AtomicU64,
-    pub rejected_quota: AtomicU64,
 }
 
 /// The limiters of one server process.
@@ -133,13 +125,12 @@ pub struct Limits {
 
 /// 429 with the error shape and `Retry-After` (whole seconds, at least 1).
 pub fn too_many(wait: Duration, message: &str) -> Response {
-    let mut r =
-        ApiError::new(StatusCode::TOO_MANY_REQUESTS, "rate_limited", message).into_response();
-    let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
-    if let Ok(v) = HeaderValue::from_str(&secs.max(1).to_string()) {
-        r.headers_mut().insert(header::RETRY_AFTER, v);
-    }
-    r
+    ApiError(airlock_protocol::Error::limited(
+        airlock_protocol::ErrorCode::RateLimited,
+        message,
+        wait,
+    ))
+    .into_response()
 }
 
 impl Limits {
@@ -240,7 +231,7 @@ tokio::task_local! {
 pub fn current_request_id() -> String {
     REQUEST_ID
         .try_with(Clone::clone)
-        .unwrap_or_else(|_| airlock_store::random_id("req"))
+        .unwrap_or_else(|_| airlock_service::new_request_id())
 }
 
 /// Request id + address limits, around everything else.
@@ -249,10 +240,10 @@ pub async fn guard(
     req: Request,
     next: Next,
 ) -> Response {
-    let rid = airlock_store::random_id("req");
+    let rid = airlock_service::new_request_id();
     let (parts, body) = req.into_parts();
     let ip = bucket_key(
-        s.auth
+        s.http
             .client_ip(&parts)
             .unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED)),
     );

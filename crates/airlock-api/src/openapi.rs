@@ -3,24 +3,9 @@
 //! described by the same `routes!` call, so the two cannot drift. Served at
 //! `/v1/openapi.json`.
 
-use serde::Serialize;
+use airlock_protocol::{ErrorBody, ErrorCode, ErrorDetail};
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
-use utoipa::{Modify, OpenApi, ToSchema};
-
-/// The one error shape.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct ErrorBody {
-    pub error: ErrorDetail,
-}
-
-#[derive(Debug, Serialize, ToSchema)]
-pub struct ErrorDetail {
-    /// Stable, machine-readable.
-    pub code: String,
-    /// For humans; never internal detail.
-    pub message: String,
-    pub request_id: String,
-}
+use utoipa::{Modify, OpenApi};
 
 struct Security;
 
@@ -52,7 +37,7 @@ impl Modify for Security {
         title = "airlock",
         description = "Self-hosted runtime for AI agents and automation scripts: the agent can use the model, but it cannot have the key."
     ),
-    components(schemas(ErrorBody, ErrorDetail)),
+    components(schemas(ErrorBody, ErrorDetail, ErrorCode)),
     modifiers(&Security),
     security(("api_key" = []), ("session" = [])),
     tags(

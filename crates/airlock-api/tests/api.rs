@@ -9,9 +9,9 @@ mod common;
 
 use std::time::Duration;
 
-use airlock_api::limits::LimitConfig;
 use axum::body::Body;
 use axum::http::StatusCode;
+use common::LimitConfig;
 use common::{Cred, ECHO, HELLO, Harness, Resp, request, request_builder, send};
 use serde_json::{Value, json};
 use tower::ServiceExt;
@@ -39,7 +39,7 @@ fn assert_hardened(r: &Resp, what: &str) {
         ("permissions-policy", None),
         (
             "content-security-policy",
-            Some("default-src 'none'; frame-ancestors 'none'"),
+            Some("default-src 'none'; frame-ancestors 'none'; sandbox"),
         ),
         ("cache-control", Some("no-store")),
         ("x-request-id", None),
@@ -202,7 +202,7 @@ async fn api_3_every_response_is_hardened_including_errors() {
     assert_eq!(samples[0].1.status, StatusCode::OK);
     assert_eq!(samples[6].1.status, StatusCode::METHOD_NOT_ALLOWED);
     // A 5xx: the database goes away under the server.
-    h.svc.store().pool().close().await;
+    h.store().pool().close().await;
     samples.push(("503", h.call(&Cred::None, "GET", "/readyz", None).await));
     samples.push(("500", h.call(&key, "GET", "/v1/runs", None).await));
     assert_eq!(samples[8].1.status, StatusCode::SERVICE_UNAVAILABLE);
@@ -315,7 +315,7 @@ async fn api_4_run_quotas_are_durable_across_a_restart() {
     // A refused input does not spend quota (positive control on a fresh user
     // is implicit: the two above succeeded).
     // Restart: a new service and router on the same database.
-    h.svc.store().pool().close().await;
+    h.store().pool().close().await;
     let (app2, _svc2) = h.reopen().await;
     let body = json!({"input": {}});
     let req = request(&key, "POST", "/v1/workers/hello/runs", Some(&body), None);
@@ -457,7 +457,7 @@ async fn api_7_metrics_are_for_administrators() {
     assert_eq!(r.status, StatusCode::OK);
     let text = String::from_utf8(r.bytes).unwrap();
     for m in [
-        "airlock_service",
+        "airlock_runs",
         "airlock_queue_depth",
         "airlock_run_duration_seconds_bucket",
         "airlock_sandbox_launches_total",

@@ -8,12 +8,13 @@ mod common;
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
-use airlock_api::limits::{Bucket, LimitConfig};
+use airlock_api::limits::Bucket;
 use airlock_store::DEFAULT_WORKSPACE as WS;
 use axum::body::Body;
 use axum::extract::ConnectInfo;
 use axum::http::{Request, StatusCode};
 use base64::Engine;
+use common::LimitConfig;
 use common::{Cred, ECHO, HELLO, Harness, Resp, T0, request, request_builder};
 use hmac::{Hmac, KeyInit, Mac};
 use http_body_util::BodyExt;
@@ -30,7 +31,7 @@ fn hook_manifest(id: &str, format: &str) -> String {
 
 async fn harness(limits: LimitConfig, proxies: Vec<IpAddr>) -> Harness {
     let hello = format!("{HELLO}[inputs.n]\ntype = \"number\"\nrequired = false\n");
-    let auth = airlock_api::auth::AuthConfig {
+    let auth = common::AuthConfig {
         trusted_proxies: proxies,
         ..common::quiet()
     };
@@ -120,7 +121,10 @@ fn assert_shape(r: &Resp, status: StatusCode, what: &str) {
         assert!(got.is_some_and(|g| g.starts_with(v)), "{what}: {h}");
     }
     let csp = &r.headers["content-security-policy"];
-    assert_eq!(csp, "default-src 'none'; frame-ancestors 'none'", "{what}");
+    assert_eq!(
+        csp, "default-src 'none'; frame-ancestors 'none'; sandbox",
+        "{what}"
+    );
 }
 
 #[tokio::test]

@@ -9,10 +9,10 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use airlock_api::auth::AuthConfig;
 use airlock_iam::{Clock, Permission, Role, keys, password, totp};
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
+use common::AuthConfig;
 use common::{Cred, Harness, PW, Resp, T0, quiet, session_of};
 use serde_json::{Value, json};
 use tower::ServiceExt;
@@ -510,7 +510,6 @@ async fn iam_5_revoked_and_expired_keys_are_refused_and_last_use_is_recorded() {
     );
     // Both refusals are audited with their reason.
     let lines = h
-        .svc
         .store()
         .audit_lines("ws_default")
         .await
@@ -525,8 +524,7 @@ async fn iam_5_revoked_and_expired_keys_are_refused_and_last_use_is_recorded() {
 async fn iam_1_bootstrap_happens_once_even_under_a_race() {
     let h = Harness::new().await;
     let token = keys::new_prefixed_token("alb");
-    h.svc
-        .store()
+    h.store()
         .bootstrap_begin(&keys::token_hash(&token), T0)
         .await
         .unwrap();
@@ -563,11 +561,7 @@ async fn iam_1_bootstrap_happens_once_even_under_a_race() {
     }
     assert_eq!(created, 1, "exactly one owner");
     assert_eq!(
-        h.svc
-            .store()
-            .count_role("ws_default", "owner")
-            .await
-            .unwrap(),
+        h.store().count_role("ws_default", "owner").await.unwrap(),
         1
     );
     // Reused capability, and a fresh begin: closed for good.
@@ -581,7 +575,7 @@ async fn iam_1_bootstrap_happens_once_even_under_a_race() {
         .await;
     assert_eq!(r.status, StatusCode::FORBIDDEN);
     assert_eq!(
-        h.svc.store().bootstrap_begin("other", T0).await.unwrap(),
+        h.store().bootstrap_begin("other", T0).await.unwrap(),
         airlock_store::BootstrapState::Closed
     );
 }
@@ -592,7 +586,7 @@ async fn iam_2_stored_hashes_are_argon2id_with_the_required_parameters() {
     let owner = h.bootstrap_owner().await;
     h.member(&owner, "bob", "viewer").await;
     for name in ["owner", "bob"] {
-        let u = h.svc.store().user_by_name(name).await.unwrap().unwrap();
+        let u = h.store().user_by_name(name).await.unwrap().unwrap();
         let phc = u.password_hash.unwrap();
         assert!(phc.starts_with("$argon2id$"), "{phc}");
         let (m, t, p) = password::params_of(&phc).unwrap();
@@ -717,13 +711,7 @@ async fn iam_2_bad_login_input_and_floods_get_clear_answers() {
     let r = h.login_resp("owner", PW).await;
     assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
     // Every failure and throttle is audited.
-    let lines = h
-        .svc
-        .store()
-        .audit_lines("ws_system")
-        .await
-        .unwrap()
-        .join("\n");
+    let lines = h.store().audit_lines("ws_system").await.unwrap().join("\n");
     assert!(lines.matches("login.failed").count() >= 10);
     assert!(
         lines.matches("login.bad_request").count() >= 5,
@@ -809,7 +797,6 @@ async fn iam_3_login_rotates_tokens_so_a_pre_login_token_is_dead() {
     let tok = second.cookie().split_once('=').unwrap().1.to_string();
     assert!(tok.len() >= 43);
     let s = h
-        .svc
         .store()
         .session_by_token_hash(&keys::token_hash(&tok))
         .await
@@ -1041,7 +1028,7 @@ async fn iam_4_recovery_codes_work_once_and_an_operator_reset_clears_mfa() {
 
     // Operator-assisted reset: a single-use, expiring token (what `airlock
     // admin reset-password` stores).
-    let store = h.svc.store();
+    let store = h.store();
     let user = store.user_by_name("owner").await.unwrap().unwrap();
     let token = keys::new_prefixed_token("alr");
     store
@@ -1092,13 +1079,7 @@ async fn iam_6_queued_work_rechecks_its_actor_when_it_runs() {
     assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
     let id = r.body["run"]["id"].as_str().unwrap().to_string();
     assert_eq!(r.body["run"]["actor"].as_str().unwrap(), {
-        h.svc
-            .store()
-            .user_by_name("asst")
-            .await
-            .unwrap()
-            .unwrap()
-            .id
+        h.store().user_by_name("asst").await.unwrap().unwrap().id
     });
     // Positive control: a member who stays is not refused.
     let stays = h.member(&owner, "stays", "human_assistant").await;
@@ -1111,7 +1092,7 @@ async fn iam_6_queued_work_rechecks_its_actor_when_it_runs() {
     let exec = tokio::spawn(h.svc.clone().run_executor(stop_rx));
     let deadline = Instant::now() + Duration::from_secs(30);
     let run = loop {
-        let run = h.svc.get("ws_default", &id).await.unwrap();
+        let run = h.store().get_run("ws_default", &id).await.unwrap().unwrap();
         if run.state.is_terminal() {
             break run;
         }
@@ -1119,7 +1100,12 @@ async fn iam_6_queued_work_rechecks_its_actor_when_it_runs() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
     let other = loop {
-        let run = h.svc.get("ws_default", &kept).await.unwrap();
+        let run = h
+            .store()
+            .get_run("ws_default", &kept)
+            .await
+            .unwrap()
+            .unwrap();
         if run.state.is_terminal() {
             break run;
         }

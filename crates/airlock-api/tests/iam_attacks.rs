@@ -404,7 +404,7 @@ async fn concurrent_demotions_never_leave_a_workspace_ownerless() {
         let a = tokio::spawn(send(h.app.clone(), a));
         let b = tokio::spawn(send(h.app.clone(), b));
         let (a, b) = (a.await.unwrap().status, b.await.unwrap().status);
-        let owners = h.svc.store().count_role(&ws, "owner").await.unwrap();
+        let owners = h.store().count_role(&ws, "owner").await.unwrap();
         assert!(owners >= 1, "round {i}: {a} and {b} left {owners} owners");
     }
 }
@@ -413,7 +413,7 @@ async fn concurrent_demotions_never_leave_a_workspace_ownerless() {
 async fn bootstrap_stays_closed_and_tokens_are_single_use_and_bound() {
     let h = Harness::new().await;
     let own = h.bootstrap_owner().await;
-    let store = h.svc.store();
+    let store = h.store();
     let t = keys::new_prefixed_token("alb");
     let st = store.bootstrap_begin(&keys::token_hash(&t), T0).await;
     assert_eq!(st.unwrap(), BootstrapState::Closed);

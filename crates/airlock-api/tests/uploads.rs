@@ -9,7 +9,7 @@ mod common;
 use std::io::{Cursor, Write};
 use std::time::Duration;
 
-use airlock_api::uploads::{LINK_TTL_SECS, MAX_UPLOAD_BYTES};
+use airlock_service::{LINK_TTL_SECS, MAX_UPLOAD_BYTES};
 use airlock_store::DEFAULT_WORKSPACE;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
@@ -43,13 +43,7 @@ impl Harness {
     }
 
     async fn user_id(&self, name: &str) -> String {
-        self.svc
-            .store()
-            .user_by_name(name)
-            .await
-            .unwrap()
-            .unwrap()
-            .id
+        self.store().user_by_name(name).await.unwrap().unwrap().id
     }
 
     /// Published blobs in the artifact store.
@@ -72,8 +66,7 @@ impl Harness {
 
     async fn uploads_of(&self, user: &str) -> usize {
         let id = self.user_id(user).await;
-        self.svc
-            .store()
+        self.store()
             .list_uploads(DEFAULT_WORKSPACE, &id, 500)
             .await
             .unwrap()
@@ -294,7 +287,7 @@ async fn api_5_a_good_upload_is_stored_content_addressed_and_downloads_byte_for_
     assert_eq!(h.uploads_of("owner").await, cases.len() + 1);
     assert_eq!(h.staged(), 0);
     // Each upload is on the audit record of its workspace.
-    let lines = h.svc.store().audit_lines(DEFAULT_WORKSPACE).await.unwrap();
+    let lines = h.store().audit_lines(DEFAULT_WORKSPACE).await.unwrap();
     let created = lines
         .iter()
         .filter(|l| l.contains("\"upload.created\""))

@@ -13,7 +13,7 @@ mod common;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use airlock_api::webhooks::{secret_name, vault_space};
+use airlock_service::{webhook_secret_name as secret_name, webhook_vault_space as vault_space};
 use airlock_store::{DEFAULT_WORKSPACE, RunRecord};
 use axum::body::Body;
 use axum::http::{Request, StatusCode};

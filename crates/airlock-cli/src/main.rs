@@ -1,10 +1,19 @@
-//! The `airlock` binary: parses the command line, wires the libraries
-//! together and renders results. No business logic lives here.
+//! The `airlock` binary: parses the command line, wires the concrete
+//! parts together (the only crate that does), and renders results. Each
+//! command calls the service layer — in this process, or on a server with
+//! `--remote` — through [`door::Door`]; no rule lives here.
 
-mod iam_cmd;
+mod audit_cmd;
+mod client;
+mod common;
+mod door;
+mod login_cmd;
 mod proxy_cmd;
 mod runs_cmd;
 mod sandbox_cmd;
+mod secrets_cmd;
+mod up_cmd;
+mod worker_cmd;
 
 use std::process::ExitCode;
 
@@ -16,7 +25,7 @@ use clap::{Parser, Subcommand};
 #[command(name = "airlock", version, about, propagate_version = true)]
 struct Cli {
     #[command(flatten)]
-    paths: runs_cmd::Paths,
+    paths: common::Paths,
     #[command(subcommand)]
     command: Command,
 }
@@ -33,7 +42,7 @@ enum Command {
     /// Run the egress proxy standalone, or check URLs against a policy.
     Proxy(proxy_cmd::ProxyArgs),
     /// Start everything on defaults: HTTP API, queue, executor, reaper.
-    Up(runs_cmd::UpArgs),
+    Up(up_cmd::UpArgs),
     /// Run a worker through the full pipeline and print the outcome.
     Run(runs_cmd::RunArgs),
     /// Store a single-use, expiring plan for a worker and input.
@@ -46,31 +55,31 @@ enum Command {
     /// Worker bundles.
     Worker {
         #[command(subcommand)]
-        command: runs_cmd::WorkerCommand,
+        command: worker_cmd::WorkerCommand,
     },
     /// The tamper-evident audit log.
     Audit {
         #[command(subcommand)]
-        command: runs_cmd::AuditCommand,
+        command: audit_cmd::AuditCommand,
     },
     /// Write-only secrets (values from stdin).
     Secrets {
         #[command(subcommand)]
-        command: runs_cmd::SecretsCommand,
+        command: secrets_cmd::SecretsCommand,
     },
     /// Key encryption keys: rotate, rewrap, accept a restored backup.
     Keys {
         #[command(subcommand)]
-        command: runs_cmd::KeysCommand,
+        command: secrets_cmd::KeysCommand,
     },
     /// Sign in to a server and store an API key for `--remote` commands.
-    Login(iam_cmd::LoginArgs),
+    Login(login_cmd::LoginArgs),
     /// Revoke the stored API key and forget it.
     Logout,
     /// Operator tasks on the server's own database.
     Admin {
         #[command(subcommand)]
-        command: iam_cmd::AdminCommand,
+        command: login_cmd::AdminCommand,
     },
 }
 
@@ -105,17 +114,17 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Sandbox { command } => sandbox_cmd::run(command),
         Command::Proxy(args) => proxy_cmd::run(args),
-        Command::Up(a) => runs_cmd::up(&cli.paths, &a),
+        Command::Up(a) => up_cmd::up(&cli.paths, &a),
         Command::Run(a) => runs_cmd::run(&cli.paths, &a),
         Command::Plan(a) => runs_cmd::plan(&cli.paths, &a),
         Command::Runs { command } => runs_cmd::runs(&cli.paths, &command),
-        Command::Worker { command } => runs_cmd::worker(&command),
-        Command::Audit { command } => runs_cmd::audit(&cli.paths, &command),
-        Command::Secrets { command } => runs_cmd::secrets(&cli.paths, &command),
-        Command::Keys { command } => runs_cmd::keys(&cli.paths, &command),
-        Command::Login(a) => iam_cmd::login(&a),
-        Command::Logout => iam_cmd::logout(),
-        Command::Admin { command } => iam_cmd::admin(&cli.paths, &command),
+        Command::Worker { command } => worker_cmd::worker(&command),
+        Command::Audit { command } => audit_cmd::audit(&cli.paths, &command),
+        Command::Secrets { command } => secrets_cmd::secrets(&cli.paths, &command),
+        Command::Keys { command } => secrets_cmd::keys(&cli.paths, &command),
+        Command::Login(a) => login_cmd::login(&a),
+        Command::Logout => login_cmd::logout(),
+        Command::Admin { command } => login_cmd::admin(&cli.paths, &command),
     }
 }
 

@@ -11,7 +11,10 @@ use crate::IamError;
 pub const ARGON2_M_KIB: u32 = 19_456;
 pub const ARGON2_T: u32 = 2;
 pub const ARGON2_P: u32 = 1;
-pub const MAX_PASSWORD_BYTES: usize = 1024;
+/// A password is at most this many characters (and so at most four times
+/// as many bytes, [`MAX_PASSWORD_BYTES`]).
+pub const MAX_PASSWORD_CHARS: usize = 1024;
+pub const MAX_PASSWORD_BYTES: usize = 4 * MAX_PASSWORD_CHARS;
 pub const MIN_PASSWORD_CHARS: usize = 12;
 pub const MAX_USERNAME_BYTES: usize = 64;
 
@@ -47,16 +50,19 @@ pub fn normalize_username(name: &str) -> Result<String, IamError> {
     Ok(lower)
 }
 
-/// Length rules for a NEW password (≥12 chars, ≤1024 bytes); message says which rule.
+/// Length rules for a NEW password (12 to 1024 characters); the message
+/// says which rule. Characters, not bytes, so the rule reads the same to a
+/// person, a client checking a JSON Schema `maxLength`, and the server.
 pub fn validate_new_password(pw: &str) -> Result<(), IamError> {
-    if pw.chars().count() < MIN_PASSWORD_CHARS {
+    let n = pw.chars().count();
+    if n < MIN_PASSWORD_CHARS {
         return Err(IamError::Invalid(format!(
             "password must be at least {MIN_PASSWORD_CHARS} characters"
         )));
     }
-    if pw.len() > MAX_PASSWORD_BYTES {
+    if n > MAX_PASSWORD_CHARS {
         return Err(IamError::Invalid(format!(
-            "password must be at most {MAX_PASSWORD_BYTES} bytes"
+            "password must be at most {MAX_PASSWORD_CHARS} characters"
         )));
     }
     Ok(())
@@ -176,8 +182,10 @@ mod tests {
             validate_new_password("ééééééééééé").is_err(),
             "11 chars, 22 bytes"
         );
-        assert!(validate_new_password(&"é".repeat(512)).is_ok());
-        let e = validate_new_password(&"é".repeat(513))
+        // Characters, not bytes: 1024 two-byte characters pass, 1025 do not.
+        assert!(validate_new_password(&"é".repeat(1024)).is_ok());
+        assert!(hash_password(&"😀".repeat(1024)).is_ok(), "4096 bytes hash");
+        let e = validate_new_password(&"é".repeat(1025))
             .unwrap_err()
             .to_string();
         assert!(e.contains("at most"), "{e}");

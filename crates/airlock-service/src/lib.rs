@@ -1,24 +1,57 @@
-//! Orchestration (RUN-3 … RUN-7, DUR-1 … DUR-5): the run service that the
-//! HTTP API, the CLI and (later) MCP share, and the executor that claims
-//! queued runs and drives them through the sandbox.
+//! The service layer: the one door. Everything a front end (HTTP API, CLI,
+//! MCP, web UI) may do is a method of [`Service`] that takes a
+//! transport-free [`Caller`] and answers a type of [`airlock_protocol`] or
+//! its one [`Error`]. Authentication, permissions, identity rules, quotas,
+//! idempotency, webhook delivery, uploads, audit verification and run
+//! events all live here, once; the store is reachable from here only.
 //!
-//! Pipeline of one run: create (input checked against the manifest) →
-//! queue → claim with a lease and fencing token → stage `/airlock/input.json`
-//! → sandbox with the manifest's limits and egress → live logs as events →
-//! outputs collected through the bounded file layer → artifacts published
-//! content-addressed → terminal state with error code, containment report
-//! and egress summary, committed with its audit event.
+//! Below the door, the executor claims queued runs and drives each one
+//! through the sandbox; the scheduler fires cron triggers; the reaper
+//! settles runs whose executor disappeared.
 //!
-//! Must not: contain SQL (the store does), know HTTP, or spawn processes
-//! other than through the broker.
+//! Must not: contain SQL (the store does), know HTTP (no status codes,
+//! headers or cookies), print, or spawn processes other than through the
+//! broker.
 
+mod audit;
+mod auth;
+pub mod caller;
+mod config;
+mod error;
+mod events;
 mod executor;
+mod identity;
 pub mod metrics;
+mod runs;
 pub mod schedule_eval;
 mod scheduler;
-pub mod secrets;
+mod secret_ops;
+pub(crate) mod secrets;
 mod service;
+mod uploads;
+pub mod webhook_verify;
+mod webhooks;
+mod workers;
 
+pub use airlock_protocol::{Error, ErrorCode};
+pub use airlock_store::DEFAULT_WORKSPACE;
+pub use audit::{AuditLog, SYSTEM_AUDIT, verify_lines};
+pub use auth::Authenticated;
+pub use caller::{Actor, Caller, ClientInfo, Credential, OPERATOR, Principal, Via};
+pub use config::{Config, IdentityConfig, Quotas};
+pub use error::Result;
+pub use events::{EventFollower, Followed, MAX_LOG_BYTES};
 pub use executor::ERROR_CODES;
+pub use identity::*;
+pub use runs::{RunOptions, RunStarted};
 pub use scheduler::*;
-pub use service::*;
+pub use secret_ops::Rewrapped;
+pub use service::{Service, Workers};
+pub use uploads::*;
+pub use webhooks::*;
+pub use workers::MAX_MANIFEST_BYTES;
+
+/// A fresh request id (`req_…`) for a front end's logs and error bodies.
+pub fn new_request_id() -> String {
+    airlock_store::random_id("req")
+}

@@ -1,10 +1,19 @@
 //! Process-wide counters for Prometheus (API-7): sandbox launches, run
-//! outcomes and durations, egress decisions. Plain atomics; the HTTP layer
-//! renders them with the database's gauges.
+//! outcomes and durations, egress decisions, quota refusals. Plain atomics,
+//! rendered with the database's gauges by [`Service::metrics`]; front ends
+//! append their own (HTTP rate limits).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use std::fmt::Write;
+
+use airlock_iam::Permission;
+use airlock_protocol::Error;
 use airlock_store::RunState;
+
+use crate::caller::Caller;
+use crate::error::{Result, StoreResultExt};
+use crate::service::Service;
 
 /// Upper bounds (seconds) of the run-duration histogram buckets.
 pub const DURATION_BUCKETS: [f64; 10] = [0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 60.0, 300.0];
@@ -19,6 +28,10 @@ pub struct Counters {
     /// Cumulative histogram buckets, plus +Inf at the end.
     pub duration_buckets: [AtomicU64; 11],
     pub duration_ms_sum: AtomicU64,
+    /// Run creations refused by a durable quota (API-4).
+    pub rejected_quota: AtomicU64,
+    /// Quota units that could not be given back after a failed creation.
+    pub quota_give_back_failed: AtomicU64,
 }
 
 /// The terminal states, in the order of `Counters::finished`.
@@ -38,6 +51,8 @@ pub static COUNTERS: Counters = Counters {
     finished: [const { AtomicU64::new(0) }; 6],
     duration_buckets: [const { AtomicU64::new(0) }; 11],
     duration_ms_sum: AtomicU64::new(0),
+    rejected_quota: AtomicU64::new(0),
+    quota_give_back_failed: AtomicU64::new(0),
 };
 
 /// Records one finished run.
@@ -55,4 +70,111 @@ pub fn run_finished(state: RunState, duration_ms: u64) {
     COUNTERS
         .duration_ms_sum
         .fetch_add(duration_ms, Ordering::Relaxed);
+}
+
+impl Service {
+    /// The Prometheus exposition text (API-7), for administrators of the
+    /// workspace that owns the workers folder.
+    pub async fn metrics(&self, c: &Caller) -> Result<String> {
+        c.require(Permission::WorkspaceManage)?;
+        if c.workspace != self.cfg.workers_workspace {
+            return Err(Error::not_found());
+        }
+        self.metrics_text().await
+    }
+
+    /// The same text for a listener the operator keeps private
+    /// (`airlock up --metrics-listen`): no caller.
+    pub async fn metrics_text(&self) -> Result<String> {
+        let by_state = self.store.count_by_state().await.svc()?;
+        Ok(render(&by_state))
+    }
+}
+
+fn render(by_state: &[(String, i64)]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "# HELP airlock_runs Runs in the database by state.");
+    let _ = writeln!(out, "# TYPE airlock_runs gauge");
+    let mut queued = 0;
+    for (state, n) in by_state {
+        if state == "queued" {
+            queued = *n;
+        }
+        let _ = writeln!(out, "airlock_runs{{state=\"{state}\"}} {n}");
+    }
+    let _ = writeln!(out, "# HELP airlock_queue_depth Runs waiting to start.");
+    let _ = writeln!(out, "# TYPE airlock_queue_depth gauge");
+    let _ = writeln!(out, "airlock_queue_depth {queued}");
+    let _ = writeln!(
+        out,
+        "# HELP airlock_runs_finished_total Runs this process finished, by state."
+    );
+    let _ = writeln!(out, "# TYPE airlock_runs_finished_total counter");
+    for (i, st) in TERMINAL.iter().enumerate() {
+        let _ = writeln!(
+            out,
+            "airlock_runs_finished_total{{state=\"{}\"}} {}",
+            st.as_str(),
+            COUNTERS.finished[i].load(Ordering::Relaxed)
+        );
+    }
+    let _ = writeln!(
+        out,
+        "# HELP airlock_run_duration_seconds Wall time of runs this process executed."
+    );
+    let _ = writeln!(out, "# TYPE airlock_run_duration_seconds histogram");
+    for (i, le) in DURATION_BUCKETS.iter().enumerate() {
+        let _ = writeln!(
+            out,
+            "airlock_run_duration_seconds_bucket{{le=\"{le}\"}} {}",
+            COUNTERS.duration_buckets[i].load(Ordering::Relaxed)
+        );
+    }
+    let count = COUNTERS.duration_buckets[10].load(Ordering::Relaxed);
+    let _ = writeln!(
+        out,
+        "airlock_run_duration_seconds_bucket{{le=\"+Inf\"}} {count}"
+    );
+    let _ = writeln!(
+        out,
+        "airlock_run_duration_seconds_sum {}",
+        COUNTERS.duration_ms_sum.load(Ordering::Relaxed) as f64 / 1000.0
+    );
+    let _ = writeln!(out, "airlock_run_duration_seconds_count {count}");
+    let _ = writeln!(
+        out,
+        "# HELP airlock_sandbox_launches_total Sandboxes started by this process."
+    );
+    let _ = writeln!(out, "# TYPE airlock_sandbox_launches_total counter");
+    let _ = writeln!(
+        out,
+        "airlock_sandbox_launches_total {}",
+        COUNTERS.sandbox_launches.load(Ordering::Relaxed)
+    );
+    let _ = writeln!(
+        out,
+        "# HELP airlock_egress_decisions_total Egress proxy decisions of finished runs."
+    );
+    let _ = writeln!(out, "# TYPE airlock_egress_decisions_total counter");
+    let _ = writeln!(
+        out,
+        "airlock_egress_decisions_total{{decision=\"allow\"}} {}",
+        COUNTERS.egress_allowed.load(Ordering::Relaxed)
+    );
+    let _ = writeln!(
+        out,
+        "airlock_egress_decisions_total{{decision=\"deny\"}} {}",
+        COUNTERS.egress_denied.load(Ordering::Relaxed)
+    );
+    let _ = writeln!(
+        out,
+        "# HELP airlock_quota_refused_total Run creations refused by a daily quota."
+    );
+    let _ = writeln!(out, "# TYPE airlock_quota_refused_total counter");
+    let _ = writeln!(
+        out,
+        "airlock_quota_refused_total {}",
+        COUNTERS.rejected_quota.load(Ordering::Relaxed)
+    );
+    out
 }

@@ -13,7 +13,7 @@
 //!    older ones are dropped, never replayed as a burst.
 //! 3. The due fire is claimed with an insert on the fire's primary key:
 //!    of all the nodes that compute it, exactly one claims it, and only
-//!    that one creates the run — through [`Service::create_run`], with
+//!    that one creates the run — through the service's run creation, with
 //!    trigger and actor `schedule` and the idempotency key
 //!    `schedule:{worker}:{index}:{fire_at}`. (The worker is part of the key
 //!    because idempotency keys are per workspace and actor.)
@@ -38,7 +38,10 @@ use airlock_worker::Trigger;
 use serde::Serialize;
 
 use crate::schedule_eval::{Schedule, ScheduleError};
-use crate::service::{CreateRun, Service, ServiceError};
+use airlock_protocol::ErrorCode;
+
+use crate::runs::StartRun;
+use crate::service::Service;
 
 /// A fire left `claimed` this long (its node died between the claim and
 /// the outcome) is taken over by the next node that ticks.
@@ -168,7 +171,7 @@ impl Service {
         let idx = i64::try_from(entry.trigger_index).unwrap_or(i64::MAX);
         let (ws, worker) = (entry.workspace.as_str(), entry.worker_id.as_str());
         let created = self
-            .create_run(CreateRun {
+            .start_run(StartRun {
                 workspace: entry.workspace.clone(),
                 worker_id: entry.worker_id.clone(),
                 input: entry.input.clone(),
@@ -179,10 +182,16 @@ impl Service {
             .await;
         let result = match created {
             Ok(c) => FireResult::Created { run_id: c.run.id },
-            Err(ServiceError::Input(reason)) => FireResult::SkippedMissingInput { reason },
-            Err(ServiceError::Store(e)) => return Err(e),
+            Err(e) if e.code == ErrorCode::InputInvalid => {
+                FireResult::SkippedMissingInput { reason: e.message }
+            }
+            // A store failure leaves the fire claimed: a later tick (here
+            // or on another node) takes it over and retries.
+            Err(e) if e.code == ErrorCode::Internal => {
+                return Err(StoreError::Db(e.message));
+            }
             Err(other) => FireResult::Failed {
-                reason: other.to_string(),
+                reason: other.message,
             },
         };
         let run_id = match &result {
@@ -222,7 +231,7 @@ impl Service {
 
     /// Ticks every second (on whole seconds of `clock`) until `stop` turns
     /// true or its sender is dropped. Schedules that cannot be evaluated
-    /// and store errors are logged to stderr once each, not every tick.
+    /// and store errors are logged (`tracing`) once each, not every tick.
     pub async fn run_scheduler(
         self: Arc<Self>,
         clock: Arc<dyn airlock_iam::Clock>,
@@ -241,7 +250,7 @@ impl Service {
                         entry.worker_id, entry.trigger_index
                     );
                     if reported.insert(msg.clone()) {
-                        eprintln!("airlock: {msg}");
+                        tracing::warn!(target: "airlock::scheduler", "{msg}");
                     }
                 }
             }
@@ -250,7 +259,7 @@ impl Service {
                 Err(e) => {
                     let msg = e.to_string();
                     if last_error.as_deref() != Some(msg.as_str()) {
-                        eprintln!("airlock: scheduler: {msg}");
+                        tracing::error!(target: "airlock::scheduler", "{msg}");
                         last_error = Some(msg);
                     }
                 }

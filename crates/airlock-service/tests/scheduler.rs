@@ -62,6 +62,8 @@ fn paris_worker(workers: &Path, id: &str, cron: &str) {
 
 struct Node {
     svc: Arc<Service>,
+    /// The node's own handle on the database, to inspect and stage rows.
+    store: Store,
 }
 
 /// A node: a Service over `url`, sharing `root`'s workers and data folders
@@ -70,17 +72,17 @@ async fn node(url: &str, root: &Path, name: &str) -> Node {
     let store = Store::open(url).await.unwrap();
     let mut cfg = Config::with_defaults(root.join("data"), root.join("workers"));
     cfg.node_id = name.to_string();
-    let svc = Service::open(store, cfg).unwrap();
+    let svc = Service::open(store.clone(), cfg).unwrap();
     assert!(svc.worker_errors().is_empty(), "{:?}", svc.worker_errors());
-    Node { svc }
+    Node { svc, store }
 }
 
 fn sqlite_url(root: &Path) -> String {
     format!("sqlite://{}", root.join("airlock.db").display())
 }
 
-async fn runs_of(svc: &Service, worker: &str) -> Vec<RunRecord> {
-    svc.store()
+async fn runs_of(store: &Store, worker: &str) -> Vec<RunRecord> {
+    store
         .list_runs(WS, None, 500, None)
         .await
         .unwrap()
@@ -117,10 +119,7 @@ async fn run_6_spring_forward_in_paris_fires_once_at_three() {
             .unwrap()
             .is_empty()
     );
-    assert_eq!(
-        n.svc.store().last_fire(WS, "nightly", 1).await.unwrap(),
-        None
-    );
+    assert_eq!(n.store.last_fire(WS, "nightly", 1).await.unwrap(), None);
 
     // Every minute across the night of the change (02:00 CET → 03:00 CEST
     // at 01:00 UTC on 2026-03-29), then every 10 minutes until the next
@@ -150,7 +149,7 @@ async fn run_6_spring_forward_in_paris_fires_once_at_three() {
     let when: Vec<String> = fired.iter().map(|f| paris(f.fire_at)).collect();
     assert_eq!(when, ["2026-03-29T03:00:00+02", "2026-03-30T02:30:00+02"]);
 
-    let runs = runs_of(&n.svc, "nightly").await;
+    let runs = runs_of(&n.store, "nightly").await;
     assert_eq!(runs.len(), 2);
     for r in &runs {
         assert_eq!(r.trigger, "schedule");
@@ -158,15 +157,10 @@ async fn run_6_spring_forward_in_paris_fires_once_at_three() {
         assert_eq!(r.input, serde_json::json!({"team": "core"}));
     }
     assert_eq!(
-        n.svc.store().last_fire(WS, "nightly", 1).await.unwrap(),
+        n.store.last_fire(WS, "nightly", 1).await.unwrap(),
         Some(ms("2026-03-30T00:30:00Z"))
     );
-    let fires = n
-        .svc
-        .store()
-        .list_fires(WS, "nightly", 1, 10)
-        .await
-        .unwrap();
+    let fires = n.store.list_fires(WS, "nightly", 1, 10).await.unwrap();
     let outcomes: Vec<&str> = fires.iter().map(|f| f.outcome.as_str()).collect();
     assert_eq!(outcomes, ["created", "created", "armed"]);
 }
@@ -191,7 +185,7 @@ async fn run_6_fall_back_in_paris_fires_once_not_twice() {
     let when: Vec<String> = fired.iter().map(|f| paris(f.fire_at)).collect();
     assert_eq!(when, ["2026-10-25T02:30:00+02"]);
     assert_eq!(utc(fired[0].fire_at), "2026-10-25T00:30:00Z");
-    assert_eq!(runs_of(&n.svc, "nightly").await.len(), 1);
+    assert_eq!(runs_of(&n.store, "nightly").await.len(), 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -225,7 +219,7 @@ async fn run_6_downtime_catches_up_one_fire_not_a_burst() {
             .unwrap()
             .is_empty()
     );
-    assert_eq!(runs_of(&n.svc, "quarter").await.len(), 2);
+    assert_eq!(runs_of(&n.store, "quarter").await.len(), 2);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -252,12 +246,12 @@ async fn run_6_missing_required_input_is_skipped_recorded_and_audited() {
         matches!(&f[0].result, FireResult::SkippedMissingInput { reason } if reason.contains("team")),
         "{f:?}"
     );
-    assert!(runs_of(&n.svc, "needy").await.is_empty());
-    let fires = n.svc.store().list_fires(WS, "needy", 0, 10).await.unwrap();
+    assert!(runs_of(&n.store, "needy").await.is_empty());
+    let fires = n.store.list_fires(WS, "needy", 0, 10).await.unwrap();
     assert_eq!(fires[0].fire_at, ms("2026-05-01T10:00:00Z"));
     assert_eq!(fires[0].outcome, "skipped_missing_input");
     assert_eq!(fires[0].run_id, None);
-    let audit = n.svc.store().audit_lines(WS).await.unwrap();
+    let audit = n.store.audit_lines(WS).await.unwrap();
     let skipped: Vec<serde_json::Value> = audit
         .iter()
         .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
@@ -281,7 +275,7 @@ async fn run_6_a_stale_claim_is_taken_over_without_a_duplicate_run() {
     let dir = tempfile::tempdir().unwrap();
     paris_worker(&dir.path().join("workers"), "quarter", "*/15 * * * *");
     let n = node(&sqlite_url(dir.path()), dir.path(), "a").await;
-    let store = n.svc.store();
+    let store = n.store.clone();
     n.svc
         .schedule_tick(ms("2026-05-01T10:00:00Z"))
         .await
@@ -295,15 +289,19 @@ async fn run_6_a_stale_claim_is_taken_over_without_a_duplicate_run() {
             .await
             .unwrap()
     );
-    let orphan = n
-        .svc
-        .create_run(airlock_service::CreateRun {
-            workspace: WS.into(),
+    let input = serde_json::json!({"team": "core"});
+    let orphan = store
+        .create_run(airlock_store::NewRun {
+            workspace_id: WS.into(),
             worker_id: "quarter".into(),
-            input: serde_json::json!({"team": "core"}),
+            input: input.clone(),
             trigger: "schedule".into(),
             actor: "schedule".into(),
-            idempotency_key: Some(format!("schedule:quarter:1:{fire}")),
+            plan_id: None,
+            idempotency: Some((
+                format!("schedule:quarter:1:{fire}"),
+                airlock_store::sha256_hex(format!("quarter\n{input}").as_bytes()),
+            )),
         })
         .await
         .unwrap()
@@ -330,7 +328,7 @@ async fn run_6_a_stale_claim_is_taken_over_without_a_duplicate_run() {
             run_id: orphan.id.clone()
         }
     );
-    assert_eq!(runs_of(&n.svc, "quarter").await.len(), 1);
+    assert_eq!(runs_of(&n.store, "quarter").await.len(), 1);
     let latest = store.latest_fire(WS, "quarter", 1).await.unwrap().unwrap();
     assert_eq!(latest.outcome, "created");
     assert_eq!(latest.run_id, Some(orphan.id));
@@ -378,14 +376,14 @@ async fn two_nodes_fire_each_schedule_once(url: &str) {
         all.iter()
             .all(|f| matches!(f.result, FireResult::Created { .. }))
     );
-    assert_eq!(runs_of(&a.svc, "quarter").await.len(), 12);
-    assert_eq!(runs_of(&b.svc, "nightly").await.len(), 1);
+    assert_eq!(runs_of(&a.store, "quarter").await.len(), 12);
+    assert_eq!(runs_of(&b.store, "nightly").await.len(), 1);
     // Ticking again at the same instants changes nothing.
     assert!(a.svc.schedule_tick(end).await.unwrap().is_empty());
     assert!(b.svc.schedule_tick(end).await.unwrap().is_empty());
-    assert_eq!(runs_of(&a.svc, "quarter").await.len(), 12);
-    a.svc.store().pool().close().await;
-    b.svc.store().pool().close().await;
+    assert_eq!(runs_of(&a.store, "quarter").await.len(), 12);
+    a.store.pool().close().await;
+    b.store.pool().close().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -429,16 +427,16 @@ async fn run_6_run_scheduler_ticks_on_the_clock_and_stops() {
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let handle = tokio::spawn(n.svc.clone().run_scheduler(clock.clone(), stop_rx));
 
-    let store = n.svc.store().clone();
+    let store = n.store.clone();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     // Armed at the clock's time, not fired.
     while store.latest_fire(WS, "quarter", 1).await.unwrap().is_none() {
         assert!(tokio::time::Instant::now() < deadline, "never armed");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert!(runs_of(&n.svc, "quarter").await.is_empty());
+    assert!(runs_of(&n.store, "quarter").await.is_empty());
     clock.set(ms("2026-05-01T10:15:00.200Z"));
-    while runs_of(&n.svc, "quarter").await.is_empty() {
+    while runs_of(&n.store, "quarter").await.is_empty() {
         assert!(tokio::time::Instant::now() < deadline, "never fired");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -447,7 +445,7 @@ async fn run_6_run_scheduler_ticks_on_the_clock_and_stops() {
         .await
         .expect("the scheduler stops")
         .unwrap();
-    assert_eq!(runs_of(&n.svc, "quarter").await.len(), 1);
+    assert_eq!(runs_of(&n.store, "quarter").await.len(), 1);
     assert_eq!(
         store.last_fire(WS, "quarter", 1).await.unwrap(),
         Some(ms("2026-05-01T10:15:00Z"))
@@ -474,8 +472,5 @@ async fn run_6_an_unknown_zone_is_reported_and_never_fires() {
     for t in ["2026-05-01T10:00:00Z", "2026-05-01T10:05:00Z"] {
         assert!(n.svc.schedule_tick(ms(t)).await.unwrap().is_empty());
     }
-    assert_eq!(
-        n.svc.store().latest_fire(WS, "lost", 0).await.unwrap(),
-        None
-    );
+    assert_eq!(n.store.latest_fire(WS, "lost", 0).await.unwrap(), None);
 }

@@ -1,6 +1,6 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use sqlx::any::{AnyPoolOptions, AnyRow};
 use sqlx::{AnyPool, Row};
 
@@ -48,88 +48,9 @@ impl From<sqlx::Error> for StoreError {
 pub type Result<T> = std::result::Result<T, StoreError>;
 
 /// Run states (RUN-4).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum RunState {
-    Queued,
-    Running,
-    AwaitingApproval,
-    Succeeded,
-    Failed,
-    TimedOut,
-    Cancelled,
-    Blocked,
-    Unknown,
-}
-
-impl RunState {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Queued => "queued",
-            Self::Running => "running",
-            Self::AwaitingApproval => "awaiting_approval",
-            Self::Succeeded => "succeeded",
-            Self::Failed => "failed",
-            Self::TimedOut => "timed_out",
-            Self::Cancelled => "cancelled",
-            Self::Blocked => "blocked",
-            Self::Unknown => "unknown",
-        }
-    }
-    pub fn parse(s: &str) -> Option<Self> {
-        Some(match s {
-            "queued" => Self::Queued,
-            "running" => Self::Running,
-            "awaiting_approval" => Self::AwaitingApproval,
-            "succeeded" => Self::Succeeded,
-            "failed" => Self::Failed,
-            "timed_out" => Self::TimedOut,
-            "cancelled" => Self::Cancelled,
-            "blocked" => Self::Blocked,
-            "unknown" => Self::Unknown,
-            _ => return None,
-        })
-    }
-    pub fn is_terminal(self) -> bool {
-        matches!(
-            self,
-            Self::Succeeded
-                | Self::Failed
-                | Self::TimedOut
-                | Self::Cancelled
-                | Self::Blocked
-                | Self::Unknown
-        )
-    }
-}
-
-/// A run as stored.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct RunRecord {
-    pub id: String,
-    pub workspace_id: String,
-    pub worker_id: String,
-    pub state: RunState,
-    pub input: serde_json::Value,
-    pub input_hash: String,
-    pub trigger: String,
-    pub actor: String,
-    pub plan_id: Option<String>,
-    pub created_at: i64,
-    pub started_at: Option<i64>,
-    pub finished_at: Option<i64>,
-    pub attempt: i64,
-    pub fencing_token: i64,
-    pub workload_started: bool,
-    pub cancel_requested: bool,
-    pub exit_code: Option<i64>,
-    pub signal: Option<i64>,
-    pub error_code: Option<String>,
-    pub error_message: Option<String>,
-    pub containment: Option<serde_json::Value>,
-    pub egress: Option<serde_json::Value>,
-    pub outputs: Option<serde_json::Value>,
-}
+/// A run as stored: the protocol's [`airlock_protocol::runs::Run`].
+pub type RunRecord = airlock_protocol::runs::Run;
+pub use airlock_protocol::runs::{Artifact, RunEvent, RunState};
 
 const RUN_COLUMNS: &str = "id, workspace_id, worker_id, state, input, input_hash, trigger_source, actor, plan_id, created_at, started_at, finished_at, attempt, fencing_token, workload_started, cancel_requested, exit_code, signal, error_code, error_message, containment, egress, outputs";
 
@@ -206,24 +127,6 @@ pub struct Finish {
     pub containment: Option<serde_json::Value>,
     pub egress: Option<serde_json::Value>,
     pub outputs: Option<serde_json::Value>,
-}
-
-/// One stored run event.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct RunEvent {
-    pub seq: i64,
-    pub at: i64,
-    pub kind: String,
-    pub data: serde_json::Value,
-}
-
-/// One stored artifact.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Artifact {
-    pub name: String,
-    pub digest: String,
-    pub size: i64,
-    pub media_type: String,
 }
 
 /// An audit record as the caller describes it; the store assigns the

@@ -10,12 +10,15 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use airlock_api::auth::{Auth, AuthConfig};
-use airlock_api::limits::LimitConfig;
+use std::net::IpAddr;
+use std::time::Duration;
+
+use airlock_api::auth::HttpConfig;
+use airlock_api::limits::Bucket;
 use airlock_api::{AppState, app};
 use airlock_iam::throttle::ThrottleConfig;
 use airlock_iam::{Clock, ManualClock, keys};
-use airlock_service::{Config, Service};
+use airlock_service::{Config, IdentityConfig, Quotas, Service};
 use airlock_store::{BootstrapState, Store};
 use axum::Router;
 use axum::body::Body;
@@ -39,6 +42,116 @@ pub const HELLO: &str = "[worker]\nid = \"hello\"\ntitle = \"hello\"\ndescriptio
 /// The script of every worker unless the test names its own.
 #[allow(dead_code)]
 pub const ECHO: &str = "echo hi\n";
+
+/// What a test sets about identity: the service's rules (timeouts,
+/// throttles, invitations) and the HTTP front end's (cookies, proxies),
+/// in one place for the tests' convenience.
+#[derive(Debug, Clone)]
+pub struct AuthConfig {
+    pub idle_timeout: Duration,
+    pub absolute_timeout: Duration,
+    pub secure_cookies: bool,
+    pub trusted_proxies: Vec<IpAddr>,
+    pub account_throttle: ThrottleConfig,
+    pub client_throttle: ThrottleConfig,
+    pub invite_ttl: Duration,
+}
+
+impl Default for AuthConfig {
+    fn default() -> Self {
+        let id = IdentityConfig::default();
+        Self {
+            idle_timeout: id.idle_timeout,
+            absolute_timeout: id.absolute_timeout,
+            secure_cookies: false,
+            trusted_proxies: Vec::new(),
+            account_throttle: id.account_throttle,
+            client_throttle: id.client_throttle,
+            invite_ttl: id.invite_ttl,
+        }
+    }
+}
+
+impl AuthConfig {
+    fn split(&self) -> (IdentityConfig, HttpConfig) {
+        (
+            IdentityConfig {
+                idle_timeout: self.idle_timeout,
+                absolute_timeout: self.absolute_timeout,
+                account_throttle: self.account_throttle,
+                client_throttle: self.client_throttle,
+                invite_ttl: self.invite_ttl,
+            },
+            HttpConfig {
+                secure_cookies: self.secure_cookies,
+                trusted_proxies: self.trusted_proxies.clone(),
+                cookie_max_age: self.absolute_timeout,
+            },
+        )
+    }
+}
+
+/// What a test sets about limits: the HTTP rate limits and stream caps,
+/// and the service's durable daily quotas.
+#[derive(Debug, Clone)]
+pub struct LimitConfig {
+    pub per_client: Option<Bucket>,
+    pub auth_failures_per_client: Option<Bucket>,
+    pub reads_per_identity: Option<Bucket>,
+    pub writes_per_identity: Option<Bucket>,
+    pub streams_per_user: usize,
+    pub runs_per_user_per_day: i64,
+    pub runs_per_workspace_per_day: i64,
+}
+
+impl Default for LimitConfig {
+    /// The server's defaults: HTTP limits and daily quotas.
+    fn default() -> Self {
+        let http = airlock_api::limits::LimitConfig::default();
+        let q = Quotas::default();
+        Self {
+            per_client: http.per_client,
+            auth_failures_per_client: http.auth_failures_per_client,
+            reads_per_identity: http.reads_per_identity,
+            writes_per_identity: http.writes_per_identity,
+            streams_per_user: http.streams_per_user,
+            runs_per_user_per_day: q.runs_per_user_per_day,
+            runs_per_workspace_per_day: q.runs_per_workspace_per_day,
+        }
+    }
+}
+
+impl LimitConfig {
+    pub fn unlimited() -> Self {
+        let http = airlock_api::limits::LimitConfig::unlimited();
+        let q = Quotas::unlimited();
+        Self {
+            per_client: http.per_client,
+            auth_failures_per_client: http.auth_failures_per_client,
+            reads_per_identity: http.reads_per_identity,
+            writes_per_identity: http.writes_per_identity,
+            streams_per_user: http.streams_per_user,
+            runs_per_user_per_day: q.runs_per_user_per_day,
+            runs_per_workspace_per_day: q.runs_per_workspace_per_day,
+        }
+    }
+
+    fn split(&self) -> (airlock_api::limits::LimitConfig, Quotas) {
+        (
+            airlock_api::limits::LimitConfig {
+                per_client: self.per_client,
+                auth_failures_per_client: self.auth_failures_per_client,
+                reads_per_identity: self.reads_per_identity,
+                writes_per_identity: self.writes_per_identity,
+                streams_per_user: self.streams_per_user,
+            },
+            Quotas {
+                runs_per_user_per_day: self.runs_per_user_per_day,
+                runs_per_workspace_per_day: self.runs_per_workspace_per_day,
+            },
+        )
+    }
+}
 
 /// Identity settings with both login throttles off: the tests that are
 /// about throttling pass their own.
@@ -166,6 +279,9 @@ pub fn session_of(r: &Resp) -> Cred {
 pub struct Harness {
     pub app: Router,
     pub svc: Arc<Service>,
+    /// The test's own handle on the database (to stage and inspect rows;
+    /// front ends never get one).
+    pub store: Store,
     pub clock: Arc<ManualClock>,
     pub dir: tempfile::TempDir,
     auth: AuthConfig,
@@ -216,12 +332,13 @@ impl Builder {
             std::fs::write(w.join("run.sh"), script).unwrap();
         }
         let clock = Arc::new(ManualClock::new(T0));
-        let (app, svc) = open(dir.path(), &self.auth, &self.limits, &clock).await;
+        let (app, svc, store) = open(dir.path(), &self.auth, &self.limits, &clock).await;
         let errors = svc.worker_errors();
         assert!(errors.is_empty(), "{errors:?}");
         Harness {
             app,
             svc,
+            store,
             clock,
             dir,
             auth: self.auth,
@@ -236,14 +353,18 @@ async fn open(
     auth: &AuthConfig,
     limits: &LimitConfig,
     clock: &Arc<ManualClock>,
-) -> (Router, Arc<Service>) {
+) -> (Router, Arc<Service>, Store) {
     let url = format!("sqlite://{}", dir.join("a.db").display());
     let store = Store::open(&url).await.unwrap();
-    let cfg = Config::with_defaults(dir.join("data"), dir.join("workers"));
-    let svc = Service::open(store, cfg).unwrap();
-    let auth = Auth::new(auth.clone(), clock.clone());
-    let state = AppState::with_limits(svc.clone(), auth, limits.clone());
-    (app(state), svc)
+    let mut cfg = Config::with_defaults(dir.join("data"), dir.join("workers"));
+    let (identity, http) = auth.split();
+    let (http_limits, quotas) = limits.split();
+    cfg.identity = identity;
+    cfg.quotas = quotas;
+    cfg.clock = clock.clone();
+    let svc = Service::open(store.clone(), cfg).unwrap();
+    let state = AppState::with_limits(svc.clone(), http, http_limits);
+    (app(state), svc, store)
 }
 
 #[allow(dead_code)]
@@ -264,11 +385,12 @@ impl Harness {
     /// A restart: a new service and router on the same folder, settings
     /// and clock.
     pub async fn reopen(&self) -> (Router, Arc<Service>) {
-        open(self.dir.path(), &self.auth, &self.limits, &self.clock).await
+        let (app, svc, _) = open(self.dir.path(), &self.auth, &self.limits, &self.clock).await;
+        (app, svc)
     }
 
     pub fn store(&self) -> &Store {
-        self.svc.store()
+        &self.store
     }
 
     pub async fn send(&self, req: Request<Body>) -> Resp {

@@ -41,12 +41,52 @@
 use std::fmt;
 
 use airlock_worker::WebhookFormat;
-use axum::http::HeaderMap;
 use base64::Engine;
 use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
 use hmac::{Hmac, KeyInit, Mac};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
+
+/// Request headers as a front end received them, without any HTTP
+/// library: names compared case-insensitively, values as raw bytes, every
+/// copy of a repeated header kept (a repeated signature header is refused).
+#[derive(Debug, Clone, Default)]
+pub struct Headers(Vec<(String, Vec<u8>)>);
+
+impl Headers {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds one header line (a repeated name keeps every copy).
+    pub fn append(&mut self, name: &str, value: impl Into<Vec<u8>>) {
+        self.0.push((name.to_ascii_lowercase(), value.into()));
+    }
+
+    /// Replaces every copy of `name` with one value.
+    pub fn insert(&mut self, name: &str, value: impl Into<Vec<u8>>) {
+        self.remove(name);
+        self.append(name, value);
+    }
+
+    /// Drops every copy of `name`.
+    pub fn remove(&mut self, name: &str) {
+        self.0.retain(|(n, _)| !n.eq_ignore_ascii_case(name));
+    }
+
+    /// The first value of `name`.
+    pub fn get<'a>(&'a self, name: &'a str) -> Option<&'a [u8]> {
+        self.get_all(name).next()
+    }
+
+    /// Every value of `name`, in order.
+    pub fn get_all<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a [u8]> + 'a {
+        self.0
+            .iter()
+            .filter(move |(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_slice())
+    }
+}
 
 /// Accepted clock skew between the sender's timestamp and ours, both ways.
 pub const TOLERANCE_S: i64 = 300;
@@ -131,15 +171,20 @@ impl std::error::Error for WebhookRefusal {}
 
 /// Verifies one delivery against every candidate secret (newest first is
 /// customary; any match suffices).
-pub fn verify(
+pub fn verify<S: AsRef<[u8]>>(
     format: WebhookFormat,
-    secrets: &[Vec<u8>],
-    headers: &HeaderMap,
+    secrets: &[S],
+    headers: &Headers,
     raw_body: &[u8],
     now_unix_s: i64,
 ) -> Result<Verified, WebhookRefusal> {
     let parsed = parse(format, headers, now_unix_s)?;
-    let keys: Vec<Vec<u8>> = secrets.iter().filter_map(|s| key_of(format, s)).collect();
+    // Derived keys are secret too: wiped when dropped.
+    let keys: Vec<zeroize::Zeroizing<Vec<u8>>> = secrets
+        .iter()
+        .filter_map(|s| key_of(format, s.as_ref()))
+        .map(zeroize::Zeroizing::new)
+        .collect();
     if keys.is_empty() {
         return Err(WebhookRefusal::NoUsableSecret);
     }
@@ -177,7 +222,7 @@ pub fn verify(
 /// [`verify`] repeats them.
 pub fn precheck(
     format: WebhookFormat,
-    headers: &HeaderMap,
+    headers: &Headers,
     now_unix_s: i64,
 ) -> Result<(), WebhookRefusal> {
     parse(format, headers, now_unix_s).map(|_| ())
@@ -199,7 +244,7 @@ struct Parsed {
     timestamp: Option<i64>,
 }
 
-fn parse(format: WebhookFormat, headers: &HeaderMap, now: i64) -> Result<Parsed, WebhookRefusal> {
+fn parse(format: WebhookFormat, headers: &Headers, now: i64) -> Result<Parsed, WebhookRefusal> {
     match format {
         WebhookFormat::Standard => parse_standard(headers, now),
         WebhookFormat::Github => parse_github(headers),
@@ -217,7 +262,7 @@ const SL_TS: &str = "x-slack-request-timestamp";
 const SL_SIG: &str = "x-slack-signature";
 const ST_SIG: &str = "stripe-signature";
 
-fn parse_standard(h: &HeaderMap, now: i64) -> Result<Parsed, WebhookRefusal> {
+fn parse_standard(h: &Headers, now: i64) -> Result<Parsed, WebhookRefusal> {
     let id = delivery_id(h, SW_ID)?;
     let ts_text = header(h, SW_TS)?;
     let ts = timestamp(ts_text).ok_or(WebhookRefusal::MalformedHeader(SW_TS))?;
@@ -251,7 +296,7 @@ fn parse_standard(h: &HeaderMap, now: i64) -> Result<Parsed, WebhookRefusal> {
     })
 }
 
-fn parse_github(h: &HeaderMap) -> Result<Parsed, WebhookRefusal> {
+fn parse_github(h: &Headers) -> Result<Parsed, WebhookRefusal> {
     let sig_text = header(h, GH_SIG)?;
     let sig = sig_text
         .strip_prefix("sha256=")
@@ -267,7 +312,7 @@ fn parse_github(h: &HeaderMap) -> Result<Parsed, WebhookRefusal> {
     })
 }
 
-fn parse_slack(h: &HeaderMap, now: i64) -> Result<Parsed, WebhookRefusal> {
+fn parse_slack(h: &Headers, now: i64) -> Result<Parsed, WebhookRefusal> {
     let ts_text = header(h, SL_TS)?;
     let ts = timestamp(ts_text).ok_or(WebhookRefusal::MalformedHeader(SL_TS))?;
     let sig_text = header(h, SL_SIG)?;
@@ -284,7 +329,7 @@ fn parse_slack(h: &HeaderMap, now: i64) -> Result<Parsed, WebhookRefusal> {
     })
 }
 
-fn parse_stripe(h: &HeaderMap, now: i64) -> Result<Parsed, WebhookRefusal> {
+fn parse_stripe(h: &Headers, now: i64) -> Result<Parsed, WebhookRefusal> {
     let text = header(h, ST_SIG)?;
     if text.len() > MAX_SIGNATURE_HEADER {
         return Err(WebhookRefusal::MalformedHeader(ST_SIG));
@@ -321,16 +366,19 @@ fn parse_stripe(h: &HeaderMap, now: i64) -> Result<Parsed, WebhookRefusal> {
 
 /// The one value of a header as visible ASCII. A repeated header is
 /// refused: which copy a proxy would pass on is anyone's guess.
-fn header<'h>(h: &'h HeaderMap, name: &'static str) -> Result<&'h str, WebhookRefusal> {
-    let mut all = h.get_all(name).iter();
+fn header<'h>(h: &'h Headers, name: &'static str) -> Result<&'h str, WebhookRefusal> {
+    let mut all = h.get_all(name);
     let Some(v) = all.next() else {
         return Err(WebhookRefusal::MissingHeader(name));
     };
     if all.next().is_some() {
         return Err(WebhookRefusal::MalformedHeader(name));
     }
-    let s = v
-        .to_str()
+    // Visible ASCII (and tab) only, as HTTP allows in a value.
+    if !v.iter().all(|&b| (0x20..0x7f).contains(&b) || b == b'\t') {
+        return Err(WebhookRefusal::MalformedHeader(name));
+    }
+    let s = std::str::from_utf8(v)
         .map_err(|_| WebhookRefusal::MalformedHeader(name))?
         .trim();
     if s.is_empty() {
@@ -339,7 +387,7 @@ fn header<'h>(h: &'h HeaderMap, name: &'static str) -> Result<&'h str, WebhookRe
     Ok(s)
 }
 
-fn delivery_id<'h>(h: &'h HeaderMap, name: &'static str) -> Result<&'h str, WebhookRefusal> {
+fn delivery_id<'h>(h: &'h Headers, name: &'static str) -> Result<&'h str, WebhookRefusal> {
     let id = header(h, name)?;
     if id.len() > MAX_DELIVERY_ID || !id.bytes().all(|b| b.is_ascii_graphic()) {
         return Err(WebhookRefusal::MalformedHeader(name));
@@ -430,20 +478,16 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
 
     use super::*;
-    use axum::http::{HeaderName, HeaderValue};
 
     const NOW: i64 = 1_800_000_000;
     const BODY: &[u8] = br#"{"name":"ada","count":3}"#;
     /// The same JSON value, re-serialised with different spacing.
     const RESPACED: &[u8] = br#"{"name": "ada", "count": 3}"#;
 
-    fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
-        let mut h = HeaderMap::new();
+    fn headers(pairs: &[(&str, &str)]) -> Headers {
+        let mut h = Headers::new();
         for (k, v) in pairs {
-            h.append(
-                HeaderName::from_bytes(k.as_bytes()).unwrap(),
-                HeaderValue::from_str(v).unwrap(),
-            );
+            h.append(k, v.as_bytes());
         }
         h
     }
@@ -499,7 +543,7 @@ mod tests {
 
         /// Headers carrying the given signatures (several where the format
         /// allows it).
-        fn headers_with(self, ts: i64, sigs: &[Vec<u8>]) -> HeaderMap {
+        fn headers_with(self, ts: i64, sigs: &[Vec<u8>]) -> Headers {
             let ts_s = ts.to_string();
             match self.format {
                 WebhookFormat::Standard => {
@@ -534,11 +578,11 @@ mod tests {
             }
         }
 
-        fn signed(self, ts: i64, body: &[u8]) -> HeaderMap {
+        fn signed(self, ts: i64, body: &[u8]) -> Headers {
             self.headers_with(ts, &[self.signature(&self.secret(), ts, body)])
         }
 
-        fn check(self, h: &HeaderMap, body: &[u8]) -> Result<Verified, WebhookRefusal> {
+        fn check(self, h: &Headers, body: &[u8]) -> Result<Verified, WebhookRefusal> {
             verify(self.format, &[self.secret()], h, body, NOW)
         }
 
@@ -792,7 +836,7 @@ mod tests {
         for s in ALL {
             let h = s.signed(NOW, BODY);
             assert_eq!(
-                verify(s.format, &[], &h, BODY, NOW),
+                verify::<Vec<u8>>(s.format, &[], &h, BODY, NOW),
                 Err(WebhookRefusal::NoUsableSecret)
             );
             assert_eq!(
@@ -818,7 +862,7 @@ mod tests {
         for s in ALL {
             for name in s.required_headers() {
                 let mut h = s.signed(NOW, BODY);
-                h.remove(*name);
+                h.remove(name);
                 assert_eq!(
                     s.check(&h, BODY),
                     Err(WebhookRefusal::MissingHeader(name)),
@@ -826,10 +870,7 @@ mod tests {
                     s.format
                 );
                 let mut h = s.signed(NOW, BODY);
-                h.insert(
-                    HeaderName::from_bytes(name.as_bytes()).unwrap(),
-                    HeaderValue::from_static(""),
-                );
+                h.insert(name, "");
                 assert_eq!(
                     s.check(&h, BODY),
                     Err(WebhookRefusal::MissingHeader(name)),
@@ -838,7 +879,7 @@ mod tests {
                 );
             }
             assert_eq!(
-                s.check(&HeaderMap::new(), BODY).map_err(|e| e.code()),
+                s.check(&Headers::new(), BODY).map_err(|e| e.code()),
                 Err("missing_header")
             );
         }
@@ -854,8 +895,8 @@ mod tests {
         ];
         for (s, name) in ALL.into_iter().zip(names) {
             let mut h = s.signed(NOW, BODY);
-            let v = h.get(name).unwrap().clone();
-            h.append(HeaderName::from_static(name), v);
+            let v = h.get(name).unwrap().to_vec();
+            h.append(name, v);
             assert_eq!(
                 s.check(&h, BODY),
                 Err(WebhookRefusal::MalformedHeader(name)),
@@ -869,10 +910,7 @@ mod tests {
     /// naming it.
     fn garbage(s: Sender, name: &'static str, value: &[u8]) {
         let mut h = s.signed(NOW, BODY);
-        h.insert(
-            HeaderName::from_bytes(name.as_bytes()).unwrap(),
-            HeaderValue::from_bytes(value).unwrap(),
-        );
+        h.insert(name, value);
         assert_eq!(
             s.check(&h, BODY),
             Err(WebhookRefusal::MalformedHeader(name)),
@@ -986,7 +1024,7 @@ mod tests {
     fn api_9_precheck_refuses_garbage_without_secrets() {
         for s in ALL {
             assert!(precheck(s.format, &s.signed(NOW, BODY), NOW).is_ok());
-            assert!(precheck(s.format, &HeaderMap::new(), NOW).is_err());
+            assert!(precheck(s.format, &Headers::new(), NOW).is_err());
         }
         assert_eq!(
             precheck(WebhookFormat::Slack, &ALL[2].signed(NOW - 1000, BODY), NOW),

@@ -1,0 +1,136 @@
+//! `airlock secrets …` (through the [`crate::door::Door`], local or
+//! remote) and `airlock keys …` (the operator's key maintenance, local).
+
+use std::io::Read;
+use std::process::ExitCode;
+
+use airlock_service::Caller;
+use clap::Subcommand;
+
+use crate::common::{Paths, err, fail, with_door, with_service};
+
+#[derive(Debug, Subcommand)]
+pub enum SecretsCommand {
+    /// Store a new version of a secret; the value is read from stdin, never argv.
+    Set { name: String },
+    /// Metadata only: name, version, updated, used by, last used.
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Delete a secret.
+    Rm { name: String },
+}
+
+pub fn secrets(paths: &Paths, cmd: &SecretsCommand) -> ExitCode {
+    with_door(paths, async |door| match cmd {
+        SecretsCommand::Set { name } => {
+            let mut value = Vec::new();
+            // One byte over the limit is enough to refuse an oversized value.
+            let limit = airlock_protocol::secrets::MAX_SECRET_BYTES as u64 + 1024;
+            if let Err(e) = std::io::stdin().take(limit).read_to_end(&mut value) {
+                return err(format!("cannot read the value from stdin: {e}"));
+            }
+            if value.last() == Some(&b'\n') {
+                value.pop();
+            }
+            match door.put_secret(name, value).await {
+                Ok(s) => {
+                    println!("{} version {}", s.name, s.version);
+                    ExitCode::SUCCESS
+                }
+                Err(e) => fail(&e),
+            }
+        }
+        SecretsCommand::List { json } => match door.list_secrets().await {
+            Ok(list) => {
+                if *json {
+                    println!("{}", serde_json::to_value(&list).unwrap_or_default());
+                } else {
+                    for s in list.secrets {
+                        println!(
+                            "{:<32} v{:<4} used by: {}",
+                            s.name,
+                            s.version,
+                            s.used_by.join(", ")
+                        );
+                    }
+                }
+                ExitCode::SUCCESS
+            }
+            Err(e) => fail(&e),
+        },
+        SecretsCommand::Rm { name } => match door.delete_secret(name).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => fail(&e),
+        },
+    })
+}
+
+#[derive(Debug, Subcommand)]
+pub enum KeysCommand {
+    /// Install a new KEK version (old versions still decrypt).
+    Rotate,
+    /// Move every data key to the newest KEK version (resumable).
+    Rewrap,
+    /// Retire a KEK version (rewrap first; data still under it then fails).
+    Retire {
+        #[arg(value_name = "VERSION")]
+        kek_version: u32,
+    },
+    /// Accept a legitimately restored backup: reset the high-water marks to
+    /// the database's versions (audited).
+    AcceptRestore,
+}
+
+pub fn keys(paths: &Paths, cmd: &KeysCommand) -> ExitCode {
+    with_service(paths, async |svc| {
+        let op = Caller::operator(&svc.config().workers_workspace);
+        match cmd {
+            KeysCommand::Rotate => match svc.rotate_kek(&op) {
+                Ok(v) => {
+                    println!("kek version {v} is current");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => fail(&e),
+            },
+            KeysCommand::Rewrap => {
+                let tty = std::io::IsTerminal::is_terminal(&std::io::stderr());
+                match svc
+                    .rewrap_data_keys(&op, |done, total| {
+                        if tty {
+                            eprint!("\rrewrapped {done}/{total}");
+                        }
+                    })
+                    .await
+                {
+                    Ok(r) => {
+                        if tty {
+                            eprintln!();
+                        }
+                        println!(
+                            "rewrapped {} data key(s) to kek version {}",
+                            r.data_keys, r.kek_version
+                        );
+                        ExitCode::SUCCESS
+                    }
+                    Err(e) => fail(&e),
+                }
+            }
+            KeysCommand::Retire { kek_version } => match svc.retire_kek(&op, *kek_version) {
+                Ok(()) => {
+                    println!("kek version {kek_version} retired");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => fail(&e),
+            },
+            KeysCommand::AcceptRestore => match svc.accept_restore(&op).await {
+                Ok(n) => {
+                    println!("high-water marks reset ({n} change(s)); audited");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => fail(&e),
+            },
+        }
+    })
+}

@@ -1,0 +1,249 @@
+//! `airlock up`: the server on its embedded defaults — the HTTP API, the
+//! queue, executor, reaper and scheduler in one process.
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use airlock_api::limits::{Bucket, LimitConfig};
+use clap::Args;
+
+use crate::common::{Paths, err};
+
+#[derive(Debug, Args)]
+pub struct UpArgs {
+    /// Listen address. Every route but health, bootstrap and login needs a
+    /// session or an API key.
+    #[arg(long, env = "AIRLOCK_LISTEN", default_value = "127.0.0.1:8000")]
+    listen: String,
+    /// The server is reached over TLS (a terminating proxy in front):
+    /// `Secure` + `__Host-` session cookies and HSTS.
+    #[arg(long, env = "AIRLOCK_TLS_PROXY")]
+    tls_proxy: bool,
+    /// Comma-separated proxy addresses whose `X-Forwarded-For` is believed.
+    #[arg(long, env = "AIRLOCK_TRUSTED_PROXIES", value_delimiter = ',')]
+    trusted_proxies: Vec<std::net::IpAddr>,
+    /// Minutes a session may sit unused.
+    #[arg(long, env = "AIRLOCK_SESSION_IDLE_MINUTES", default_value_t = 720)]
+    session_idle_minutes: u64,
+    /// Hours a session lives at most.
+    #[arg(long, env = "AIRLOCK_SESSION_MAX_HOURS", default_value_t = 168)]
+    session_max_hours: u64,
+    /// Serve Prometheus `/metrics` without authentication on this separate
+    /// address (keep it private); on the main listener `/metrics` needs an
+    /// administrator.
+    #[arg(long, env = "AIRLOCK_METRICS_LISTEN")]
+    metrics_listen: Option<std::net::SocketAddr>,
+    /// Runs one user may create per UTC day (durable across restarts).
+    #[arg(
+        long,
+        env = "AIRLOCK_QUOTA_RUNS_PER_USER_DAY",
+        default_value_t = 10_000
+    )]
+    quota_runs_per_user_day: i64,
+    /// Runs one workspace may create per UTC day.
+    #[arg(
+        long,
+        env = "AIRLOCK_QUOTA_RUNS_PER_WORKSPACE_DAY",
+        default_value_t = 50_000
+    )]
+    quota_runs_per_workspace_day: i64,
+    /// Concurrent event streams per user.
+    #[arg(long, env = "AIRLOCK_STREAMS_PER_USER", default_value_t = 16)]
+    streams_per_user: usize,
+    /// Failed authentications (401s) one client address may cause quickly
+    /// before it gets 429 (refilled at one per second).
+    #[arg(long, env = "AIRLOCK_AUTH_FAILURE_BURST", default_value_t = 20)]
+    auth_failure_burst: u32,
+    /// Sustained requests per second from one client address (burst: 3×).
+    #[arg(long, env = "AIRLOCK_RATE_PER_CLIENT_PER_S", default_value_t = 200)]
+    rate_per_client_per_s: u32,
+    /// Sustained reads per second per API key or session (burst: 3×).
+    #[arg(long, env = "AIRLOCK_RATE_READS_PER_S", default_value_t = 100)]
+    rate_reads_per_s: u32,
+    /// Sustained writes per second per API key or session (burst: 4×).
+    #[arg(long, env = "AIRLOCK_RATE_WRITES_PER_S", default_value_t = 30)]
+    rate_writes_per_s: u32,
+}
+
+pub fn up(paths: &Paths, a: &UpArgs) -> ExitCode {
+    let addr: std::net::SocketAddr = match a.listen.parse() {
+        Ok(x) => x,
+        Err(_) => return err(format!("--listen {:?} is not an address", a.listen)),
+    };
+    if !addr.ip().is_loopback() && !a.tls_proxy {
+        eprintln!(
+            "airlock: warning: listening on {addr} without --tls-proxy: passwords and session cookies cross the network in clear text"
+        );
+    }
+    let absolute = Duration::from_secs(a.session_max_hours.clamp(1, 8_760) * 3600);
+    let mut paths = paths.clone();
+    paths.remote = false;
+    let mut cfg = paths.config();
+    cfg.identity.idle_timeout = Duration::from_secs(a.session_idle_minutes.clamp(1, 525_600) * 60);
+    cfg.identity.absolute_timeout = absolute;
+    cfg.quotas.runs_per_user_per_day = a.quota_runs_per_user_day;
+    cfg.quotas.runs_per_workspace_per_day = a.quota_runs_per_workspace_day;
+    let http = airlock_api::auth::HttpConfig {
+        secure_cookies: a.tls_proxy,
+        trusted_proxies: a.trusted_proxies.clone(),
+        cookie_max_age: absolute,
+    };
+    let limits = LimitConfig {
+        streams_per_user: a.streams_per_user,
+        auth_failures_per_client: Some(Bucket {
+            burst: a.auth_failure_burst.max(1),
+            per_second: 1,
+        }),
+        per_client: Some(Bucket {
+            burst: a.rate_per_client_per_s.saturating_mul(3).max(1),
+            per_second: a.rate_per_client_per_s.max(1),
+        }),
+        reads_per_identity: Some(Bucket {
+            burst: a.rate_reads_per_s.saturating_mul(3).max(1),
+            per_second: a.rate_reads_per_s.max(1),
+        }),
+        writes_per_identity: Some(Bucket {
+            burst: a.rate_writes_per_s.saturating_mul(4).max(1),
+            per_second: a.rate_writes_per_s.max(1),
+        }),
+    };
+    crate::common::block_on(async move || {
+        let svc = match crate::common::open_with(&paths, cfg).await {
+            Ok(s) => s,
+            Err(e) => return err(e),
+        };
+        serve(svc, addr, a.metrics_listen, http, limits).await
+    })
+}
+
+async fn serve(
+    svc: std::sync::Arc<airlock_service::Service>,
+    addr: std::net::SocketAddr,
+    metrics_listen: Option<std::net::SocketAddr>,
+    http: airlock_api::auth::HttpConfig,
+    limits: LimitConfig,
+) -> ExitCode {
+    for (path, e) in svc.worker_errors() {
+        eprintln!("airlock: skipped worker {}: {e}", path.display());
+    }
+    // KEY-3: a database restored from an older backup is refused.
+    if let Err(e) = svc.startup_check().await {
+        return err(format!(
+            "{}: {} (after restoring a backup on purpose, run `airlock keys accept-restore`)",
+            e.code, e.message
+        ));
+    }
+    match svc.recover_startup().await {
+        Ok(r) if !r.is_empty() => eprintln!(
+            "airlock: recovered {} run(s) from a previous start",
+            r.len()
+        ),
+        Ok(_) => {}
+        Err(e) => return err(format!("startup recovery failed: {e}")),
+    }
+    let listener = match tokio::net::TcpListener::bind(addr).await {
+        Ok(l) => l,
+        Err(e) => return err(format!("cannot listen on {addr}: {e}")),
+    };
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let executor = tokio::spawn(svc.clone().run_executor(stop_rx.clone()));
+    let reaper = tokio::spawn(svc.clone().run_reaper(stop_rx.clone()));
+    // RUN-6: cron triggers; each fire is claimed in the database, so
+    // several nodes fire it once.
+    let scheduler = tokio::spawn(
+        svc.clone()
+            .run_scheduler(svc.config().clock.clone(), stop_rx.clone()),
+    );
+    let workers = svc.loaded_workers();
+    println!(
+        "{}",
+        serde_json::json!({"event": "listening", "address": addr.to_string(), "workers": workers, "database": svc.database_backend()})
+    );
+    eprintln!("airlock: serving {workers} worker(s) on http://{addr}");
+    match svc.prepare_bootstrap().await {
+        Ok(Some(p)) => eprintln!(
+            "airlock: no owner yet: a one-time bootstrap capability is in {} (POST it to /v1/bootstrap with a username and password)",
+            p.display()
+        ),
+        Ok(None) => {}
+        Err(e) => return err(format!("bootstrap: {}", e.message)),
+    }
+    let state = airlock_api::AppState::with_limits(svc.clone(), http, limits);
+    if let Some(maddr) = metrics_listen {
+        let ml = match tokio::net::TcpListener::bind(maddr).await {
+            Ok(l) => l,
+            Err(e) => return err(format!("cannot listen on {maddr}: {e}")),
+        };
+        eprintln!("airlock: metrics on http://{maddr}/metrics (no authentication)");
+        let mstate = state.clone();
+        tokio::spawn(async move {
+            let router = axum::Router::new().route(
+                "/metrics",
+                axum::routing::get(move || {
+                    let st = mstate.clone();
+                    async move {
+                        match airlock_api::metrics::unauthenticated_text(&st).await {
+                            Ok(t) => (axum::http::StatusCode::OK, t),
+                            Err(_) => (axum::http::StatusCode::SERVICE_UNAVAILABLE, String::new()),
+                        }
+                    }
+                }),
+            );
+            if let Err(e) = axum::serve(ml, router).await {
+                eprintln!("airlock: the metrics listener stopped: {e}");
+            }
+        });
+    }
+    // One access-log line per request on stderr, with its request id.
+    let app = airlock_api::app(state)
+        .layer(axum::middleware::from_fn(access_log))
+        .into_make_service_with_connect_info::<std::net::SocketAddr>();
+    let shutdown = async {
+        let mut term =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending::<()>().await } } => {}
+        }
+    };
+    let served = axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown)
+        .await;
+    // SIGTERM drain: stop claiming; running work finishes (DUR-2).
+    let _ = stop_tx.send(true);
+    let _ = executor.await;
+    reaper.abort();
+    scheduler.abort();
+    match served {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => err(e),
+    }
+}
+
+/// `{"event":"request", request_id, method, path, status, ms}` on stderr.
+async fn access_log(
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let started = std::time::Instant::now();
+    let method = req.method().to_string();
+    let path = req.uri().path().to_string();
+    let r = next.run(req).await;
+    let rid = r
+        .headers()
+        .get("x-request-id")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    eprintln!(
+        "{}",
+        serde_json::json!({
+            "event": "request",
+            "request_id": rid,
+            "method": method,
+            "path": path,
+            "status": r.status().as_u16(),
+            "ms": started.elapsed().as_secs_f64() * 1000.0,
+        })
+    );
+    r
+}

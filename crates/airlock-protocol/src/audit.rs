@@ -1,0 +1,44 @@
+//! The audit log (AUD-1 … AUD-4) as clients read it.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use utoipa::{IntoParams, ToSchema};
+
+/// Paging of `GET /v1/audit`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct ListAudit {
+    /// Events after this sequence number (the previous page's `next_cursor`).
+    #[param(minimum = 0)]
+    pub after: Option<i64>,
+    /// Page size (default 100).
+    #[param(minimum = 1, maximum = 500)]
+    pub limit: Option<i64>,
+}
+
+/// A page of audit events in sequence order. Each event is the chained
+/// record exactly as hashed (`airlock-audit-v1`): `workspace_id`, `seq`,
+/// `at`, `actor`, `event_type`, `target`, ids, `decision`,
+/// `payload_hash`, `result`, `metadata`, `prev_hash`, `hash`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct AuditPage {
+    #[schema(value_type = Vec<Object>)]
+    pub events: Vec<Value>,
+    pub next_cursor: Option<i64>,
+}
+
+/// The result of verifying a workspace's chain.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct AuditVerification {
+    pub ok: bool,
+    /// How many events verified (when `ok`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub events: Option<u64>,
+    /// The hash of the last event (hex, when `ok`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub head: Option<String>,
+    /// The first sequence number that does not verify (when not `ok`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_bad_seq: Option<u64>,
+}

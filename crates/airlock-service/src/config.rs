@@ -1,0 +1,112 @@
+//! How a service runs: paths, node identity, executor limits, identity
+//! timeouts and throttles, durable quotas, and the clock.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use airlock_iam::throttle::ThrottleConfig;
+use airlock_iam::{Clock, SystemClock};
+use airlock_sandbox::DriverChoice;
+
+/// Identity rules that are settings (IAM-2, IAM-3).
+#[derive(Debug, Clone)]
+pub struct IdentityConfig {
+    /// A session unused this long ends.
+    pub idle_timeout: Duration,
+    /// A session ends this long after login, used or not.
+    pub absolute_timeout: Duration,
+    /// Failed logins per account name.
+    pub account_throttle: ThrottleConfig,
+    /// Failed logins, bootstraps and resets per client address.
+    pub client_throttle: ThrottleConfig,
+    /// Lifetime of an invitation's set-password token.
+    pub invite_ttl: Duration,
+}
+
+impl Default for IdentityConfig {
+    fn default() -> Self {
+        Self {
+            idle_timeout: Duration::from_secs(12 * 3600),
+            absolute_timeout: Duration::from_secs(7 * 24 * 3600),
+            account_throttle: ThrottleConfig::per_account(),
+            client_throttle: ThrottleConfig::per_client(),
+            invite_ttl: Duration::from_secs(72 * 3600),
+        }
+    }
+}
+
+/// Durable daily quotas (API-4), kept in the database so a restart or a
+/// second node does not reset them. `i64::MAX` means unlimited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Quotas {
+    pub runs_per_user_per_day: i64,
+    pub runs_per_workspace_per_day: i64,
+}
+
+impl Default for Quotas {
+    fn default() -> Self {
+        Self {
+            runs_per_user_per_day: 10_000,
+            runs_per_workspace_per_day: 50_000,
+        }
+    }
+}
+
+impl Quotas {
+    pub fn unlimited() -> Self {
+        Self {
+            runs_per_user_per_day: i64::MAX,
+            runs_per_workspace_per_day: i64::MAX,
+        }
+    }
+}
+
+/// How a service runs.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub data_dir: PathBuf,
+    pub workers_dir: PathBuf,
+    /// Stable name of this node (lease owner prefix).
+    pub node_id: String,
+    /// Global cap on concurrently executing runs on this node (RUN-7).
+    pub max_concurrent: usize,
+    pub lease: Duration,
+    /// Operator egress policy (channels live here).
+    pub egress_policy: Option<PathBuf>,
+    pub driver: DriverChoice,
+    /// Key directory (KEK, high-water marks); outside the database.
+    pub key_dir: PathBuf,
+    /// The workspace the local workers folder belongs to (IAM-6: other
+    /// workspaces neither see nor run these workers).
+    pub workers_workspace: String,
+    pub identity: IdentityConfig,
+    pub quotas: Quotas,
+    /// Time for sessions, tokens, quotas and links (tests move it by hand).
+    pub clock: Arc<dyn Clock>,
+}
+
+impl Config {
+    pub fn with_defaults(data_dir: PathBuf, workers_dir: PathBuf) -> Self {
+        Self {
+            data_dir: data_dir.clone(),
+            workers_dir,
+            node_id: format!("node-{}", hostname()),
+            max_concurrent: 4,
+            lease: Duration::from_secs(30),
+            egress_policy: None,
+            driver: DriverChoice::Auto,
+            key_dir: data_dir.join("keys"),
+            workers_workspace: airlock_store::DEFAULT_WORKSPACE.to_string(),
+            identity: IdentityConfig::default(),
+            quotas: Quotas::default(),
+            clock: Arc::new(SystemClock),
+        }
+    }
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "local".into())
+}
