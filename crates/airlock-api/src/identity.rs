@@ -255,7 +255,7 @@ pub async fn list_members(
 /// Adds a member or changes a role. An unknown username becomes an
 /// account with a single-use set-password token, returned once (only in
 /// the instance's own workspace).
-#[utoipa::path(put, path = "/v1/members/{username}", tag = "identity", params(("username" = String, Path, description = "username")), request_body = PutMember, responses((status = 200, description = "role changed", body = MemberChanged), (status = 201, description = "added", body = MemberChanged), (status = "4XX", description = "error", body = ErrorBody), (status = "5XX", description = "internal error", body = ErrorBody)))]
+#[utoipa::path(put, path = "/v1/members/{username}", tag = "identity", params(("username" = String, Path, description = "username (case-insensitive)", pattern = "^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")), request_body = PutMember, responses((status = 200, description = "role changed", body = MemberChanged), (status = 201, description = "added", body = MemberChanged), (status = "4XX", description = "error", body = ErrorBody), (status = "5XX", description = "internal error", body = ErrorBody)))]
 pub async fn put_member(
     State(s): State<AppState>,
     InWorkspace(c): InWorkspace,
@@ -272,7 +272,7 @@ pub async fn put_member(
     Ok((status, Json(changed)))
 }
 
-#[utoipa::path(delete, path = "/v1/members/{username}", tag = "identity", params(("username" = String, Path, description = "username")), responses((status = 204, description = "removed"), (status = "4XX", description = "error", body = ErrorBody), (status = "5XX", description = "internal error", body = ErrorBody)))]
+#[utoipa::path(delete, path = "/v1/members/{username}", tag = "identity", params(("username" = String, Path, description = "username (case-insensitive)", pattern = "^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")), responses((status = 204, description = "removed"), (status = "4XX", description = "error", body = ErrorBody), (status = "5XX", description = "internal error", body = ErrorBody)))]
 pub async fn delete_member(
     State(s): State<AppState>,
     InWorkspace(c): InWorkspace,

@@ -75,6 +75,7 @@ pub fn status_of(code: ErrorCode) -> StatusCode {
         | C::ReauthenticationFailed
         | C::BootstrapRefused
         | C::ResetRefused
+        | C::SecretForbidden
         | C::LinkInvalid
         | C::LinkExpired => StatusCode::FORBIDDEN,
         C::NotFound | C::NoRoute | C::NoSuchUser | C::UnknownWorker | C::SecretMissing => {
@@ -98,12 +99,9 @@ pub fn status_of(code: ErrorCode) -> StatusCode {
         | C::PlanRefused
         | C::NoWebhookTrigger => StatusCode::CONFLICT,
         C::RateLimited | C::QuotaExceeded | C::TooManyStreams => StatusCode::TOO_MANY_REQUESTS,
-        C::InvalidCode
-        | C::InputInvalid
-        | C::SecretInvalid
-        | C::SecretForbidden
-        | C::InvalidSecret
-        | C::BadArchive => StatusCode::UNPROCESSABLE_ENTITY,
+        C::InvalidCode | C::InputInvalid | C::SecretInvalid | C::InvalidSecret | C::BadArchive => {
+            StatusCode::UNPROCESSABLE_ENTITY
+        }
         C::NotReady => StatusCode::SERVICE_UNAVAILABLE,
         C::SecretRollback | C::Internal => StatusCode::INTERNAL_SERVER_ERROR,
     }

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use airlock_protocol::runs::{
     Cancelled, CreatePlan, CreateRun, ListRuns, PlanCreated, RunCreated, RunDetail, RunList,
-    RunPlan,
+    RunPlan, StreamEvent,
 };
 use airlock_protocol::{Error, ErrorBody, ErrorCode};
 use airlock_service::{Followed, RunOptions};
@@ -103,7 +103,7 @@ async fn cancel_run(
 /// API-6: live events over SSE, resumable with `Last-Event-ID`; each
 /// event's `data` is a run event's `data` and its `event` the kind; an
 /// `end` event closes the stream when the run is over.
-#[utoipa::path(get, path = "/v1/runs/{id}/events", tag = "runs", params(("id" = String, Path, description = "run id"), ("Last-Event-ID" = Option<String>, Header, description = "resume after this event")), responses((status = 200, description = "server-sent events", content_type = "text/event-stream", body = String), (status = "4XX", description = "error", body = ErrorBody), (status = "5XX", description = "internal error", body = ErrorBody)))]
+#[utoipa::path(get, path = "/v1/runs/{id}/events", tag = "runs", params(("id" = String, Path, description = "run id"), ("Last-Event-ID" = Option<String>, Header, description = "resume after this event")), responses((status = 200, description = "server-sent events", content_type = "text/event-stream", body = StreamEvent), (status = "4XX", description = "error", body = ErrorBody), (status = "5XX", description = "internal error", body = ErrorBody)))]
 async fn run_events(
     State(s): State<AppState>,
     InWorkspace(c): InWorkspace,

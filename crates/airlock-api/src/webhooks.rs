@@ -42,12 +42,13 @@ async fn rotate_secret(
     Path(id): Path<String>,
     body: Bytes,
 ) -> Result<(StatusCode, Json<RotatedSecret>), ApiError> {
-    // An empty body means "generate one".
+    // An empty body (or `null`) means "generate one".
     let req: RotateSecret = if body.iter().all(u8::is_ascii_whitespace) {
         RotateSecret::default()
     } else {
-        serde_json::from_slice(&body)
+        serde_json::from_slice::<Option<RotateSecret>>(&body)
             .map_err(|e| ApiError::new(ErrorCode::InvalidBody, e.to_string()))?
+            .unwrap_or_default()
     };
     Ok((
         StatusCode::CREATED,

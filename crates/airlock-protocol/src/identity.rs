@@ -197,7 +197,7 @@ pub struct CreateKey {
     #[schema(value_type = Option<Vec<PermissionName>>)]
     pub scopes: Option<Vec<String>>,
     /// Lifetime in seconds (default 90 days, at most 366 days).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::whole::option_u64")]
     #[schema(minimum = 1, maximum = 31622400)]
     pub expires_in_s: Option<u64>,
 }

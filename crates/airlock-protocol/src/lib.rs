@@ -21,6 +21,27 @@ pub mod webhooks;
 pub mod workers;
 
 pub use error::{Error, ErrorBody, ErrorCode, ErrorDetail};
+
+/// Integers as JSON Schema counts them: `4409` and `4409.0` are the same
+/// integer (serde's `u64` refuses the second), fractions and negatives are
+/// refused.
+pub mod whole {
+    use serde::{Deserialize, Deserializer};
+
+    pub fn option_u64<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+        let v = Option::<serde_json::Number>::deserialize(d)?;
+        let Some(n) = v else { return Ok(None) };
+        if let Some(u) = n.as_u64() {
+            return Ok(Some(u));
+        }
+        match n.as_f64() {
+            Some(f) if f >= 0.0 && f.fract() == 0.0 && f <= u64::MAX as f64 => Ok(Some(f as u64)),
+            _ => Err(serde::de::Error::custom(format!(
+                "expected a non-negative integer, got {n}"
+            ))),
+        }
+    }
+}
 pub use runs::RunState;
 
 /// Largest page of any list operation.

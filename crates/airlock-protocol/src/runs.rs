@@ -125,6 +125,18 @@ pub struct RunEvent {
     pub data: Value,
 }
 
+/// One server-sent event of a run's stream, as it appears on the wire:
+/// `event` is the run event's kind (or `end` when the run is over), `data`
+/// its JSON `data` as text, `id` its sequence number (resume with
+/// `Last-Event-ID`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct StreamEvent {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    pub event: String,
+    pub data: String,
+}
+
 /// A file the run published (DUR-5), content-addressed.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct Artifact {
@@ -209,7 +221,7 @@ pub struct CreatePlan {
     #[schema(value_type = Option<Object>)]
     pub input: Value,
     /// Seconds until the token expires (default 900, at most 7 days).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::whole::option_u64")]
     #[schema(minimum = 1, maximum = 604800)]
     pub ttl_s: Option<u64>,
 }

@@ -29,8 +29,9 @@ pub struct SecretList {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PutSecret {
-    /// The value (UTF-8, 1 byte to 32 KiB, no NUL).
-    #[schema(min_length = 1, max_length = 32768)]
+    /// The value: UTF-8 text without NUL, 1 byte to 32 KiB (bytes, so at
+    /// most 32,768 characters).
+    #[schema(min_length = 1, max_length = 32768, pattern = "^[^\\u0000]+$")]
     pub value: String,
 }
 

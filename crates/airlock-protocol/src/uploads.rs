@@ -31,9 +31,16 @@ pub struct UploadWithLink {
 #[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
 pub struct UploadName {
-    /// File name or relative path (`a/b.json`); traversal, absolute paths, NUL and
-    /// percent-encoded forms of them are refused.
-    #[param(min_length = 1, max_length = 255)]
+    /// File name or relative path (`a/b.json`). The pattern is the portable
+    /// subset that is always accepted (ASCII names whose stem has at least
+    /// five characters, so no Windows device name); the server also accepts
+    /// other names that pass its checks (no traversal in any encoding, no
+    /// absolute path, no control or look-alike characters, no device names).
+    #[param(
+        min_length = 1,
+        max_length = 1024,
+        pattern = r"^[A-Za-z0-9_-]{5,64}(\.[A-Za-z0-9_-]{1,16}){0,3}(/[A-Za-z0-9_-]{5,64}(\.[A-Za-z0-9_-]{1,16}){0,3}){0,3}$"
+    )]
     pub name: String,
 }
 

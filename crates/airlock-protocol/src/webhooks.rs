@@ -9,8 +9,10 @@ use utoipa::ToSchema;
 pub struct RotateSecret {
     /// A secret issued by the sender (Slack's signing secret, Stripe's
     /// `whsec_…` endpoint secret). Omit it to have one generated.
+    /// Printable ASCII without spaces; for a Standard Webhooks endpoint,
+    /// `whsec_` and the base64 of 16 to 64 bytes.
     #[serde(default)]
-    #[schema(min_length = 16, max_length = 512)]
+    #[schema(min_length = 16, max_length = 512, pattern = "^[!-~]{16,512}$")]
     pub secret: Option<String>,
 }
 

@@ -39,7 +39,7 @@ pub struct WorkerDetail {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ValidateManifest {
-    /// The text of a `worker.toml` (at most 256 KiB).
+    /// The text of a `worker.toml` (at most 262,144 characters).
     #[schema(max_length = 262144)]
     pub manifest: String,
 }

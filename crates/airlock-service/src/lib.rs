@@ -49,7 +49,7 @@ pub use secret_ops::Rewrapped;
 pub use service::{Service, Workers};
 pub use uploads::*;
 pub use webhooks::*;
-pub use workers::MAX_MANIFEST_BYTES;
+pub use workers::MAX_MANIFEST_CHARS;
 
 /// A fresh request id (`req_…`) for a front end's logs and error bodies.
 pub fn new_request_id() -> String {

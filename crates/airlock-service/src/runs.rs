@@ -201,6 +201,9 @@ impl Service {
     pub async fn list_runs(&self, c: &Caller, q: &ListRuns) -> Result<RunList> {
         c.require(Permission::RunsRead)?;
         let limit = page_size(q.limit, 50)?;
+        if q.cursor.as_ref().is_some_and(|c| c.chars().count() > 128) {
+            return Err(Error::invalid_query("cursor is at most 128 characters"));
+        }
         let runs = self
             .store
             .list_runs(&c.workspace, q.state, limit, q.cursor.as_deref())

@@ -2,17 +2,18 @@
 //! that owns the workers folder sees its bundles.
 
 use airlock_iam::Permission;
+use airlock_protocol::Error;
 use airlock_protocol::workers::{
     LoadError, Problem, Reloaded, Validation, Worker, WorkerDetail, WorkerList,
 };
-use airlock_protocol::{Error, ErrorCode};
 
 use crate::caller::Caller;
 use crate::error::Result;
 use crate::service::Service;
 
-/// The largest manifest text [`Service::validate_manifest`] reads.
-pub const MAX_MANIFEST_BYTES: usize = 256 * 1024;
+/// The largest manifest text [`Service::validate_manifest`] reads, in
+/// characters (as the document's `maxLength` counts).
+pub const MAX_MANIFEST_CHARS: usize = 256 * 1024;
 
 fn load_errors(errors: Vec<(std::path::PathBuf, String)>) -> Vec<LoadError> {
     errors
@@ -69,10 +70,9 @@ impl Service {
     /// Checks a `worker.toml` without loading it: every problem, by field.
     pub fn validate_manifest(&self, c: &Caller, manifest: &str) -> Result<Validation> {
         c.require(Permission::WorkersRead)?;
-        if manifest.len() > MAX_MANIFEST_BYTES {
-            return Err(Error::new(
-                ErrorCode::BodyTooLarge,
-                "a manifest is at most 256 KiB",
+        if manifest.chars().count() > MAX_MANIFEST_CHARS {
+            return Err(Error::invalid_body(
+                "a manifest is at most 262144 characters",
             ));
         }
         Ok(match airlock_worker::Manifest::from_toml(manifest) {

@@ -256,10 +256,15 @@ kill $pid; wait $pid || true
     assert!(text.contains("key 200"), "{text}");
 }
 
-/// API-1 … API-5: schemathesis (from PyPI, installed by `.ci/run` into
+/// API-1 … API-5: schemathesis (from PyPI, installed into
 /// `target/pydeps-st`) generates requests from `/v1/openapi.json` of a
-/// running server and checks every answer: no 5xx, only documented status
-/// codes and content types, bodies that match their schemas.
+/// running server in every phase (examples, coverage, fuzzing, stateful)
+/// and applies every check: no 5xx, documented status codes, content types
+/// and headers, bodies and SSE events that match their schemas, schema-valid
+/// requests accepted and schema-violating ones rejected, no ignored auth.
+/// The exceptions, each with its reason, are in `tests/schemathesis.toml`.
+/// Positive control: the run's API key still works afterwards (a run whose
+/// credential died would test nothing but 401s).
 #[test]
 fn api_1_schemathesis_finds_no_server_errors_or_schema_violations() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/pydeps-st");
@@ -274,24 +279,38 @@ fn api_1_schemathesis_finds_no_server_errors_or_schema_violations() {
     }
     let env = Env::with_examples();
     // Fuzzing sends many unauthenticated and malformed requests on purpose:
-    // the failed-authentication limit would answer most of them with 429.
-    let s = Server::start(&env, &[("AIRLOCK_AUTH_FAILURE_BURST", "1000000")]);
+    // the failed-authentication limit would answer most of them with 429,
+    // and the per-identity buckets would leave some operations untested.
+    let s = Server::start(
+        &env,
+        &[
+            ("AIRLOCK_AUTH_FAILURE_BURST", "1000000"),
+            ("AIRLOCK_RATE_READS_PER_S", "100000"),
+            ("AIRLOCK_RATE_WRITES_PER_S", "100000"),
+        ],
+    );
     let work = tempfile::tempdir().unwrap();
     let out = Command::new("python3")
         .current_dir(work.path())
         .env("PYTHONPATH", &root)
         .arg(&st)
+        .arg("--config-file")
+        .arg(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/schemathesis.toml"))
         .args([
             "run",
             &format!("http://127.0.0.1:{}/v1/openapi.json", s.port),
             "-H",
             &format!("Authorization: Bearer {}", s.key()),
             "--checks",
-            "not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance",
+            "all",
+            "--phases",
+            "examples,coverage,fuzzing,stateful",
             "-n",
             "15",
             "--request-timeout",
             "30",
+            "--seed",
+            "20261201",
         ])
         .output()
         .unwrap();
@@ -301,6 +320,10 @@ fn api_1_schemathesis_finds_no_server_errors_or_schema_violations() {
         "schemathesis found problems:\n{text}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    // Positive control: the credential lived through the whole run.
+    let (status, body) = s.get_with_key("/v1/runs", s.key());
+    assert_eq!(status, 200, "the run's key died during the run: {body}");
+    assert!(text.contains("Stateful"), "{text}");
 }
 
 /// API-7: `--metrics-listen` serves Prometheus text without credentials on

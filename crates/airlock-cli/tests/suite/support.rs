@@ -64,22 +64,40 @@ pub fn test_user() -> Option<(u32, u32)> {
 }
 
 /// The binary, copied to a world-readable place so the test user can run it
-/// whatever the permissions of the checkout's parents.
+/// whatever the permissions of the checkout's parents. One copy per build
+/// of the binary (keyed by its size and mtime), shared by every test
+/// process and written atomically: a copy per process filled `/tmp` with
+/// hundreds of 60 MB files.
 pub fn airlock_bin() -> PathBuf {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
+        use std::os::unix::fs::MetadataExt;
         let src = PathBuf::from(env!("CARGO_BIN_EXE_airlock"));
         if !is_root() {
             return src;
         }
-        let dir = std::env::temp_dir().join(format!("airlock-itest-bin-{}", std::process::id()));
+        let Ok(meta) = std::fs::metadata(&src) else {
+            return src;
+        };
+        let dir = std::env::temp_dir().join(format!(
+            "airlock-itest-bin-{:x}-{:x}",
+            meta.size(),
+            meta.mtime_nsec() ^ meta.mtime()
+        ));
+        let dst = dir.join("airlock");
+        if dst.exists() {
+            return dst;
+        }
         let _ = std::fs::create_dir_all(&dir);
         let _ = std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755));
-        let dst = dir.join("airlock");
-        if std::fs::copy(&src, &dst).is_err() {
+        let tmp = dir.join(format!(".airlock-{}", std::process::id()));
+        if std::fs::copy(&src, &tmp).is_err()
+            || std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o755)).is_err()
+            || std::fs::rename(&tmp, &dst).is_err()
+        {
+            let _ = std::fs::remove_file(&tmp);
             return src;
         }
-        let _ = std::fs::set_permissions(&dst, std::fs::Permissions::from_mode(0o755));
         dst
     })
     .clone()
