@@ -256,7 +256,7 @@ kill $pid; wait $pid || true
     assert!(text.contains("key 200"), "{text}");
 }
 
-/// API-1 … API-5: schemathesis (from PyPI, installed by `.ci/run` into
+/// API-1 … API-5: schemathesis (from PyPI, installed by `scripts/test` into
 /// `target/pydeps-st`) generates requests from `/v1/openapi.json` of a
 /// running server and checks every answer: no 5xx, only documented status
 /// codes and content types, bodies that match their schemas.
@@ -267,7 +267,7 @@ fn api_1_schemathesis_finds_no_server_errors_or_schema_violations() {
     if !st.exists() {
         assert!(
             std::env::var("AIRLOCK_TEST_SKIP_SCHEMATHESIS").is_ok(),
-            "schemathesis is not installed in {} (run .ci/run, or set AIRLOCK_TEST_SKIP_SCHEMATHESIS=1)",
+            "schemathesis is not installed in {}: run scripts/test (it installs it), or set AIRLOCK_TEST_SKIP_SCHEMATHESIS=1 to skip this test",
             root.display()
         );
         return;
