@@ -1,3 +1,4 @@
+mod docs;
 mod egress;
 mod iam;
 mod runs;
