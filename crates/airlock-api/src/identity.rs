@@ -15,6 +15,7 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::json;
+use zeroize::Zeroizing;
 
 use crate::auth::{
     AnySession, Caller, IDENTITY_VAULT, Principal, SYSTEM_AUDIT, Via, session_token,
@@ -428,7 +429,9 @@ fn totp_secret_name(user_id: &str) -> String {
     format!("TOTP_{}", user_id.to_uppercase())
 }
 
-async fn totp_secret(s: &AppState, user_id: &str) -> Result<Vec<u8>, ApiError> {
+/// The user's TOTP secret, out of the vault for one verification; wiped when
+/// dropped.
+async fn totp_secret(s: &AppState, user_id: &str) -> Result<Zeroizing<Vec<u8>>, ApiError> {
     let (_, v) = s
         .service
         .secrets()
@@ -439,6 +442,7 @@ async fn totp_secret(s: &AppState, user_id: &str) -> Result<Vec<u8>, ApiError> {
     std::str::from_utf8(&text)
         .ok()
         .and_then(totp::base32_decode)
+        .map(Zeroizing::new)
         .ok_or_else(|| {
             ApiError::new(
                 StatusCode::INTERNAL_SERVER_ERROR,
@@ -670,7 +674,7 @@ pub async fn mfa_enrol(
             "TOTP is already enabled; an operator reset is needed to change it",
         ));
     }
-    let secret = totp::new_secret();
+    let secret = Zeroizing::new(totp::new_secret());
     // Stored as base32 text: the vault holds the secret, the database only
     // ciphertext (IAM-4: secret encrypted at rest).
     s.service

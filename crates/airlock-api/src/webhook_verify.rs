@@ -47,6 +47,7 @@ use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
 use hmac::{Hmac, KeyInit, Mac};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
+use zeroize::Zeroizing;
 
 /// Accepted clock skew between the sender's timestamp and ours, both ways.
 pub const TOLERANCE_S: i64 = 300;
@@ -133,13 +134,16 @@ impl std::error::Error for WebhookRefusal {}
 /// customary; any match suffices).
 pub fn verify(
     format: WebhookFormat,
-    secrets: &[Vec<u8>],
+    secrets: &[impl AsRef<[u8]>],
     headers: &HeaderMap,
     raw_body: &[u8],
     now_unix_s: i64,
 ) -> Result<Verified, WebhookRefusal> {
     let parsed = parse(format, headers, now_unix_s)?;
-    let keys: Vec<Vec<u8>> = secrets.iter().filter_map(|s| key_of(format, s)).collect();
+    let keys: Vec<Zeroizing<Vec<u8>>> = secrets
+        .iter()
+        .filter_map(|s| key_of(format, s.as_ref()))
+        .collect();
     if keys.is_empty() {
         return Err(WebhookRefusal::NoUsableSecret);
     }
@@ -367,7 +371,8 @@ fn in_window(ts: i64, now: i64) -> Result<(), WebhookRefusal> {
 }
 
 /// The HMAC key a stored secret stands for; `None` when it is unusable.
-fn key_of(format: WebhookFormat, secret: &[u8]) -> Option<Vec<u8>> {
+/// The HMAC key a secret stands for; wiped when dropped.
+fn key_of(format: WebhookFormat, secret: &[u8]) -> Option<Zeroizing<Vec<u8>>> {
     if secret.is_empty() {
         return None;
     }
@@ -375,11 +380,11 @@ fn key_of(format: WebhookFormat, secret: &[u8]) -> Option<Vec<u8>> {
         WebhookFormat::Standard => {
             let text = std::str::from_utf8(secret).ok()?.trim();
             let b64 = text.strip_prefix("whsec_").unwrap_or(text);
-            let key = B64.decode(b64).ok()?;
+            let key = Zeroizing::new(B64.decode(b64).ok()?);
             (!key.is_empty()).then_some(key)
         }
         WebhookFormat::Github | WebhookFormat::Slack | WebhookFormat::Stripe => {
-            Some(secret.to_vec())
+            Some(Zeroizing::new(secret.to_vec()))
         }
     }
 }
@@ -792,7 +797,7 @@ mod tests {
         for s in ALL {
             let h = s.signed(NOW, BODY);
             assert_eq!(
-                verify(s.format, &[], &h, BODY, NOW),
+                verify(s.format, &[] as &[&[u8]], &h, BODY, NOW),
                 Err(WebhookRefusal::NoUsableSecret)
             );
             assert_eq!(

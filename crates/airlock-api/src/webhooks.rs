@@ -33,7 +33,6 @@ use airlock_iam::Permission;
 use airlock_service::CreateRun;
 use airlock_service::secrets::SecretError;
 use airlock_store::AuditRecord;
-use airlock_vault::ExposeSecret;
 use airlock_worker::{Bundle, Trigger, WebhookFormat};
 use axum::Json;
 use axum::body::{Body, Bytes};
@@ -47,6 +46,7 @@ use sha2::{Digest, Sha256};
 use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
+use zeroize::Zeroizing;
 
 use crate::auth::{Caller, SYSTEM_AUDIT};
 use crate::webhook_verify::{self, WebhookRefusal};
@@ -378,7 +378,7 @@ async fn live_secrets(
     ws: &str,
     worker: &str,
     now: i64,
-) -> Result<Vec<Vec<u8>>, ApiError> {
+) -> Result<Vec<Zeroizing<Vec<u8>>>, ApiError> {
     let store = s.service.store();
     let versions = store.webhook_secret_versions(ws, worker).await?;
     let Some(&(newest, newest_at)) = versions.first() else {
@@ -402,7 +402,8 @@ async fn live_secrets(
             .read_for_run(&vault_space(ws), &secret_name(worker, *version), &reader)
             .await
         {
-            Ok((_, value)) => out.push(value.expose_secret().to_vec()),
+            // Wiped when the caller drops the list.
+            Ok((_, value)) => out.push(airlock_service::secrets::bytes(&value)),
             // A version whose value never made it into the vault.
             Err(SecretError::Missing(_)) => {}
             Err(e) => return Err(secret_error(e)),

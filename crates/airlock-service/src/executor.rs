@@ -509,17 +509,18 @@ impl Service {
                         .iter()
                         .map(|(n, v)| airlock_sandbox::SecretFile {
                             name: n.as_str().to_string(),
-                            value: airlock_sandbox::SecretBytes::new(crate::secrets::bytes(v)),
+                            value: crate::secrets::secret_bytes(v),
                         })
                         .collect(),
                 );
             }
             airlock_worker::SecretDelivery::Env => {
-                let mut env = Vec::new();
+                // Wiped when dropped (the spec keeps its own copy).
+                let mut env = zeroize::Zeroizing::new(Vec::new());
                 for (n, v) in &delivered {
-                    match String::from_utf8(crate::secrets::bytes(v)) {
-                        Ok(text) => env.push((n.as_str().to_string(), text)),
-                        Err(_) => {
+                    match crate::secrets::text(v) {
+                        Some(text) => env.push((n.as_str().to_string(), text.to_string())),
+                        None => {
                             return failed(
                                 RunState::Blocked,
                                 "secret_invalid",
