@@ -335,11 +335,20 @@ impl Service {
         let dir = self.run_dir(&run.id);
         let _ = std::fs::remove_dir_all(&dir);
         let staged = (|| -> std::io::Result<()> {
-            std::fs::create_dir_all(dir.join("output"))?;
-            std::fs::write(
-                dir.join("input.json"),
-                serde_json::to_vec(&run.input).unwrap_or_default(),
-            )?;
+            use std::io::Write;
+            use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+            // Private like the rest of the data directory.
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(dir.join("output"))?;
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .mode(0o600)
+                .open(dir.join("input.json"))?
+                .write_all(&serde_json::to_vec(&run.input).unwrap_or_default())?;
             Ok(())
         })();
         if let Err(e) = staged {
