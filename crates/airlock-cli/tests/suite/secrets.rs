@@ -7,7 +7,9 @@ use std::process::Command;
 
 use serde_json::Value;
 
+use crate::both_users;
 use crate::suite::runs::Env;
+use crate::suite::support::*;
 
 const VALUE: &str = "tok-5e3c1a9d7b2f4e6a8c0d";
 
@@ -17,9 +19,8 @@ fn contains(hay: &[u8], needle: &[u8]) -> bool {
 
 const LEAKY: &str = "t=$(cat /run/secrets/API_TOKEN)\necho \"stdout $t\"\necho \"stderr $t\" >&2\necho \"file $t\" > /airlock/output/leak.txt\nprintf '{\"echo\": \"%s\", \"digest\": \"%s\"}' \"$t\" \"$(printf %s \"$t\" | sha256sum | cut -c1-64)\" > /airlock/output/result.json\necho \"failing with $t\" >&2\nexit 3\n";
 
-#[test]
-fn key_6_a_secret_printed_everywhere_is_stored_nowhere() {
-    let env = Env::new();
+fn key_6_a_secret_printed_everywhere_is_stored_nowhere(who: Who) {
+    let env = Env::new(who);
     env.sh_worker("leaky", "[secrets]\nnames = [\"API_TOKEN\"]\n[outputs.echo]\ntype = \"string\"\n[outputs.digest]\ntype = \"string\"\n", LEAKY);
     assert_eq!(env.set("API_TOKEN", VALUE.as_bytes()).0, 0);
     let v = env.run("leaky");
@@ -70,10 +71,10 @@ fn key_6_a_secret_printed_everywhere_is_stored_nowhere() {
         "positive control: the scan sees stored run data"
     );
 }
+both_users!(key_6_a_secret_printed_everywhere_is_stored_nowhere);
 
-#[test]
-fn key_5_a_declared_but_unset_secret_blocks_the_run_naming_it() {
-    let env = Env::new();
+fn key_5_a_declared_but_unset_secret_blocks_the_run_naming_it(who: Who) {
+    let env = Env::new(who);
     env.sh_worker(
         "needs",
         "[secrets]\nnames = [\"MISSING_ONE\"]\n",
@@ -93,10 +94,10 @@ fn key_5_a_declared_but_unset_secret_blocks_the_run_naming_it() {
     assert_eq!(env.set("MISSING_ONE", b"some-value-123456").0, 0);
     assert_eq!(env.run("needs")["run"]["state"], "succeeded");
 }
+both_users!(key_5_a_declared_but_unset_secret_blocks_the_run_naming_it);
 
-#[test]
-fn key_5_env_delivery_and_undeclared_secrets_are_absent() {
-    let env = Env::new();
+fn key_5_env_delivery_and_undeclared_secrets_are_absent(who: Who) {
+    let env = Env::new(who);
     assert_eq!(env.set("DECLARED_ONE", b"declared-value-42").0, 0);
     assert_eq!(env.set("OTHER_ONE", b"other-value-4242").0, 0);
     env.sh_worker(
@@ -107,10 +108,10 @@ fn key_5_env_delivery_and_undeclared_secrets_are_absent() {
     let v = env.run("envy");
     assert_eq!(v["run"]["state"], "succeeded", "{v}");
 }
+both_users!(key_5_env_delivery_and_undeclared_secrets_are_absent);
 
-#[test]
-fn key_4_bad_names_and_values_are_refused_and_nothing_is_written() {
-    let env = Env::new();
+fn key_4_bad_names_and_values_are_refused_and_nothing_is_written(who: Who) {
+    let env = Env::new(who);
     let long = "A".repeat(65);
     for (name, value, code) in [
         ("lowercase", &b"v-123456789"[..], "secret_invalid"),
@@ -137,6 +138,7 @@ fn key_4_bad_names_and_values_are_refused_and_nothing_is_written() {
         "nothing partially written"
     );
 }
+both_users!(key_4_bad_names_and_values_are_refused_and_nothing_is_written);
 
 fn sqlite(db: &Path, sql: &str) {
     let script = format!(
@@ -162,9 +164,8 @@ fn sqlite_get(db: &Path, sql: &str) -> String {
     String::from_utf8_lossy(&o.stdout).trim().to_string()
 }
 
-#[test]
-fn key_3_rolled_back_secret_rows_are_refused() {
-    let env = Env::new();
+fn key_3_rolled_back_secret_rows_are_refused(who: Who) {
+    let env = Env::new(who);
     env.sh_worker(
         "reader",
         "[secrets]\nnames = [\"ROTATING\"]\n",
@@ -200,10 +201,10 @@ fn key_3_rolled_back_secret_rows_are_refused() {
     let v = env.run("reader");
     assert_eq!(v["run"]["error_code"], "secret_rollback", "{v}");
 }
+both_users!(key_3_rolled_back_secret_rows_are_refused);
 
-#[test]
-fn key_3_a_restored_old_database_is_refused_at_start_until_accepted() {
-    let env = Env::new();
+fn key_3_a_restored_old_database_is_refused_at_start_until_accepted(who: Who) {
+    let env = Env::new(who);
     assert_eq!(env.set("KEEP", b"value-one-0123456789").0, 0);
     let db = env.data.join("airlock.db");
     // Checkpoint the WAL so the file copy is the whole database.
@@ -251,10 +252,10 @@ fn key_3_a_restored_old_database_is_refused_at_start_until_accepted() {
     );
     assert_eq!(lines, "1");
 }
+both_users!(key_3_a_restored_old_database_is_refused_at_start_until_accepted);
 
-#[test]
-fn key_1_loose_key_directory_permissions_are_refused_and_the_kek_is_stored_nowhere() {
-    let env = Env::new();
+fn key_1_loose_key_directory_permissions_are_refused_and_the_kek_is_stored_nowhere(who: Who) {
+    let env = Env::new(who);
     assert_eq!(env.set("SOME_SECRET", b"secret-value-987654").0, 0);
     let kek = std::fs::read(env.data.join("keys/kek-v1")).unwrap();
     assert_eq!(kek.len(), 32);
@@ -304,10 +305,10 @@ fn key_1_loose_key_directory_permissions_are_refused_and_the_kek_is_stored_nowhe
         String::from_utf8_lossy(&out.stderr)
     );
 }
+both_users!(key_1_loose_key_directory_permissions_are_refused_and_the_kek_is_stored_nowhere);
 
-#[test]
-fn key_6_a_low_entropy_secret_is_named_in_a_warning_never_shown() {
-    let env = Env::new();
+fn key_6_a_low_entropy_secret_is_named_in_a_warning_never_shown(who: Who) {
+    let env = Env::new(who);
     assert_eq!(env.set("WEAK_ONE", b"aaaa").0, 0);
     env.sh_worker(
         "weak",
@@ -329,10 +330,10 @@ fn key_6_a_low_entropy_secret_is_named_in_a_warning_never_shown() {
         "the warning must not show the value: {warnings}"
     );
 }
+both_users!(key_6_a_low_entropy_secret_is_named_in_a_warning_never_shown);
 
-#[test]
-fn key_5_channel_credentials_come_from_the_vault_and_are_never_delivered() {
-    let env = Env::new();
+fn key_5_channel_credentials_come_from_the_vault_and_are_never_delivered(who: Who) {
+    let env = Env::new(who);
     let up = crate::suite::upstream::start();
     let policy = env.data.parent().unwrap().join("egress.toml");
     std::fs::write(
@@ -383,3 +384,4 @@ fn key_5_channel_credentials_come_from_the_vault_and_are_never_delivered() {
     );
     assert!(!contains(&env.stored_bytes(), VALUE.as_bytes()));
 }
+both_users!(key_5_channel_credentials_come_from_the_vault_and_are_never_delivered);
