@@ -20,6 +20,8 @@ pub(crate) struct Env {
     pub(crate) workers: PathBuf,
     /// The owner's API key, once a server of this env was bootstrapped.
     api_key: std::sync::Mutex<Option<String>>,
+    /// Files holding the stdout and stderr of every server started here.
+    server_logs: std::sync::Mutex<Vec<PathBuf>>,
 }
 
 impl Env {
@@ -33,6 +35,7 @@ impl Env {
             data,
             workers,
             api_key: std::sync::Mutex::new(None),
+            server_logs: std::sync::Mutex::new(Vec::new()),
             _root: root,
         }
     }
@@ -109,6 +112,34 @@ impl Env {
         serde_json::from_slice(&out.stdout)
             .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&out.stderr).into_owned()))
     }
+    /// Everything the servers of this env printed (stdout and stderr).
+    pub(crate) fn server_logs(&self) -> Vec<u8> {
+        let mut all = Vec::new();
+        for p in self.server_logs.lock().unwrap().iter() {
+            all.extend(std::fs::read(p).unwrap_or_default());
+        }
+        all
+    }
+    /// Each KEK version in the key directory, in the forms a leak could take
+    /// (raw, lower and upper hex, standard base64).
+    pub(crate) fn kek_forms(&self) -> Vec<(String, Vec<u8>)> {
+        let mut out = Vec::new();
+        for e in std::fs::read_dir(self.data.join("keys")).unwrap().flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if !name.starts_with("kek-v") {
+                continue;
+            }
+            let kek = std::fs::read(e.path()).unwrap();
+            assert_eq!(kek.len(), 32, "{name}");
+            let hex: String = kek.iter().map(|b| format!("{b:02x}")).collect();
+            out.push((format!("{name} raw"), kek.clone()));
+            out.push((format!("{name} hex"), hex.clone().into_bytes()));
+            out.push((format!("{name} HEX"), hex.to_uppercase().into_bytes()));
+            out.push((format!("{name} base64"), base64(&kek).into_bytes()));
+        }
+        assert!(!out.is_empty(), "no KEK in {}", self.data.display());
+        out
+    }
     /// Every byte the platform stored: database files and artifact blobs.
     pub(crate) fn stored_bytes(&self) -> Vec<u8> {
         let mut all = Vec::new();
@@ -127,6 +158,33 @@ impl Env {
         }
         all
     }
+}
+
+/// Standard base64 with padding (RFC 4648), for leak scans.
+pub(crate) fn base64(bytes: &[u8]) -> String {
+    const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for chunk in bytes.chunks(3) {
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(A[((n >> (18 - 6 * i)) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+/// `needle` occurs in `hay`.
+pub(crate) fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    !needle.is_empty() && hay.windows(needle.len()).any(|w| w == needle)
 }
 
 fn state(v: &Value) -> &str {
@@ -380,9 +438,19 @@ impl Server {
             .unwrap()
             .port();
         let mut cmd = env.cmd();
+        // Kept outside the data directory, so stored-bytes scans and the
+        // data directory's modes are about what airlock itself wrote.
+        let log = {
+            let mut logs = env.server_logs.lock().unwrap();
+            let p = env.root().join(format!("server-{}.log", logs.len()));
+            logs.push(p.clone());
+            p
+        };
+        let out = std::fs::File::create(&log).unwrap();
+        let err = out.try_clone().unwrap();
         cmd.args(["up", "--listen", &format!("127.0.0.1:{port}")])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
+            .stdout(out)
+            .stderr(err);
         for (k, v) in extra_env {
             cmd.env(k, v);
         }
@@ -503,13 +571,13 @@ impl Server {
         let (c, b) = self.request(method, path, body, headers);
         (c, serde_json::from_str(&b).unwrap_or(Value::Null))
     }
-    fn run_state(&self, id: &str) -> String {
+    pub(crate) fn run_state(&self, id: &str) -> String {
         self.json("GET", &format!("/v1/runs/{id}"), None, &[]).1["run"]["state"]
             .as_str()
             .unwrap_or("")
             .to_string()
     }
-    fn wait_state(&self, id: &str, want: &[&str]) -> String {
+    pub(crate) fn wait_state(&self, id: &str, want: &[&str]) -> String {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             let s = self.run_state(id);
@@ -694,6 +762,16 @@ fn dur_2_kill_9_of_airlock_up_mid_runs_loses_nothing_and_duplicates_nothing(who:
         "{}",
         String::from_utf8_lossy(&out.stdout)
     );
+    // Nothing either server printed, crash and recovery included, holds the
+    // KEK (control: the logs hold the requests that created the runs).
+    let logs = env.server_logs();
+    assert!(contains(&logs, b"/v1/workers/step/runs"), "logs captured");
+    for (form, needle) in env.kek_forms() {
+        assert!(
+            !contains(&logs, &needle),
+            "the KEK ({form}) is in a server log"
+        );
+    }
 }
 both_users!(dur_2_kill_9_of_airlock_up_mid_runs_loses_nothing_and_duplicates_nothing);
 

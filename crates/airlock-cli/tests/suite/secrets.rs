@@ -8,14 +8,10 @@ use std::process::Command;
 use serde_json::Value;
 
 use crate::both_users;
-use crate::suite::runs::Env;
+use crate::suite::runs::{Env, Server, contains};
 use crate::suite::support::*;
 
 const VALUE: &str = "tok-5e3c1a9d7b2f4e6a8c0d";
-
-fn contains(hay: &[u8], needle: &[u8]) -> bool {
-    hay.windows(needle.len()).any(|w| w == needle)
-}
 
 const LEAKY: &str = "t=$(cat /run/secrets/API_TOKEN)\necho \"stdout $t\"\necho \"stderr $t\" >&2\necho \"file $t\" > /airlock/output/leak.txt\nprintf '{\"echo\": \"%s\", \"digest\": \"%s\"}' \"$t\" \"$(printf %s \"$t\" | sha256sum | cut -c1-64)\" > /airlock/output/result.json\necho \"failing with $t\" >&2\nexit 3\n";
 
@@ -254,43 +250,119 @@ fn key_3_a_restored_old_database_is_refused_at_start_until_accepted(who: Who) {
 }
 both_users!(key_3_a_restored_old_database_is_refused_at_start_until_accepted);
 
+/// KEY-1, KEY-2: the KEK stays in the key directory. Scanned for every KEK
+/// version in raw, hex and base64 form: the database files (with WAL), the
+/// artifact store, everything the CLI printed, and the stdout and stderr of
+/// an `airlock up` that stored a secret, ran a worker reading it and gave a
+/// channel its credential from the vault. (Under `airlock up` egress
+/// decisions are not written to a log file; `sandbox exec --egress-log`
+/// never loads a KEK.)
 fn key_1_loose_key_directory_permissions_are_refused_and_the_kek_is_stored_nowhere(who: Who) {
     let env = Env::new(who);
+    let mut printed = Vec::new();
+    let mut run = |args: &[&str]| {
+        let out = env.cmd().args(args).output().unwrap();
+        printed.extend(&out.stdout);
+        printed.extend(&out.stderr);
+        out
+    };
     assert_eq!(env.set("SOME_SECRET", b"secret-value-987654").0, 0);
-    let kek = std::fs::read(env.data.join("keys/kek-v1")).unwrap();
-    assert_eq!(kek.len(), 32);
-    let stored = env.stored_bytes();
-    let hex: String = kek.iter().map(|b| format!("{b:02x}")).collect();
-    assert!(
-        !contains(&stored, &kek) && !contains(&stored, hex.as_bytes()),
-        "the KEK reached the database"
-    );
     // Rotation and rewrap: old data stays readable.
-    assert!(
-        env.cmd()
-            .args(["keys", "rotate"])
-            .output()
-            .unwrap()
-            .status
-            .success()
-    );
-    assert!(
-        env.cmd()
-            .args(["keys", "rewrap"])
-            .output()
-            .unwrap()
-            .status
-            .success()
-    );
+    assert!(run(&["keys", "rotate"]).status.success());
+    assert!(run(&["keys", "rewrap"]).status.success());
+    // The KEKs of both versions, read before the first is retired.
+    let keks = env.kek_forms();
+    assert_eq!(keks.len(), 8, "two versions, four forms each");
     // Everything moved, so the old version can be retired.
-    let retired = env.cmd().args(["keys", "retire", "1"]).output().unwrap();
+    let retired = run(&["keys", "retire", "1"]);
     assert!(
         retired.status.success(),
         "{}",
         String::from_utf8_lossy(&retired.stderr)
     );
     env.sh_worker("reads", "[secrets]\nnames = [\"SOME_SECRET\"]\n", "[ \"$(cat /run/secrets/SOME_SECRET)\" = secret-value-987654 ] && echo '{}' > /airlock/output/result.json\n");
-    assert_eq!(env.run("reads")["run"]["state"], "succeeded");
+    let v = run(&["run", "reads", "--json"]);
+    let v: Value = serde_json::from_slice(&v.stdout).unwrap_or(Value::Null);
+    assert_eq!(v["run"]["state"], "succeeded", "{v}");
+
+    // A server: a secret over HTTP, a run that reads one, and a channel
+    // whose credential comes from the vault.
+    let up = crate::suite::upstream::start();
+    let policy = env.root().join("egress.toml");
+    std::fs::write(
+        &policy,
+        format!("[channels.model]\nupstream = \"http://127.0.0.1:{}\"\nheader = \"Authorization\"\nvalue = \"Bearer ${{secret:MODEL_KEY}}\"\nmethods = [\"POST\"]\npaths = [\"/v1/\"]\ninsecure_upstream_for_tests = true\n", up.port),
+    )
+    .unwrap();
+    env.sh_worker(
+        "caller",
+        "[egress]\nchannels = [\"model\"]\n",
+        "python3 -c \"import os,urllib.request as u; u.urlopen(u.Request(os.environ['AIRLOCK_CHANNEL_MODEL_URL']+'/v1/chat/completions', data=b'{}', method='POST'))\" && echo '{}' > /airlock/output/result.json\n",
+    );
+    {
+        let policy = policy.to_str().unwrap();
+        let s = Server::start(&env, &[("AIRLOCK_EGRESS_POLICY", policy)]);
+        let (c, v) = s.json(
+            "PUT",
+            "/v1/secrets/MODEL_KEY",
+            Some(&format!(r#"{{"value": "{VALUE}"}}"#)),
+            &[],
+        );
+        assert_eq!(c, 200, "{v}");
+        for worker in ["reads", "caller"] {
+            let (c, v) = s.json(
+                "POST",
+                &format!("/v1/workers/{worker}/runs"),
+                Some("{}"),
+                &[],
+            );
+            assert_eq!(c, 201, "{v}");
+            let id = v["run"]["id"].as_str().unwrap().to_string();
+            assert_eq!(
+                s.wait_state(&id, &["succeeded", "failed", "blocked"]),
+                "succeeded",
+                "{worker}"
+            );
+        }
+    }
+    assert_eq!(
+        up.requests()[0].header("authorization"),
+        Some(format!("Bearer {VALUE}").as_str()),
+        "the channel got its credential from the vault"
+    );
+
+    let stored = env.stored_bytes();
+    let logs = env.server_logs();
+    for (form, needle) in &keks {
+        assert!(
+            !contains(&stored, needle),
+            "the KEK ({form}) reached the database or artifacts"
+        );
+        assert!(
+            !contains(&logs, needle),
+            "the KEK ({form}) reached the server's log"
+        );
+        assert!(
+            !contains(&printed, needle),
+            "the KEK ({form}) was printed by the CLI"
+        );
+    }
+    // Positive controls: the scans read real data: the stored bytes hold the
+    // secrets' rows, the log the server's request lines, the CLI's output
+    // the run it printed.
+    assert!(
+        contains(&stored, b"SOME_SECRET"),
+        "stored bytes hold the secrets' rows"
+    );
+    assert!(
+        contains(&logs, b"/v1/secrets/MODEL_KEY"),
+        "the server log was captured"
+    );
+    assert!(
+        contains(&printed, b"succeeded"),
+        "the CLI's output was captured"
+    );
+
     // A key directory anyone can read is refused.
     std::fs::set_permissions(
         env.data.join("keys"),
