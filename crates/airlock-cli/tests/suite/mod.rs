@@ -7,4 +7,5 @@ mod sandbox_cli;
 mod secrets;
 mod support;
 mod tidy;
+mod up;
 mod upstream;

@@ -497,6 +497,15 @@ impl Server {
     pub(crate) fn key(&self) -> &str {
         &self.key
     }
+    /// The server's host pid.
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id()
+    }
+    /// SIGKILL, and reaped.
+    pub(crate) fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
     pub(crate) fn get_with_key(&self, path: &str, key: &str) -> (u16, String) {
         let auth = format!("Bearer {key}");
         self.request("GET", path, None, &[("authorization", &auth)])
@@ -597,7 +606,8 @@ impl Drop for Server {
     }
 }
 
-fn count_procs(marker: &str) -> usize {
+/// How many host processes have `marker` in their command line.
+pub(crate) fn count_procs(marker: &str) -> usize {
     std::fs::read_dir("/proc")
         .unwrap()
         .flatten()
