@@ -3,9 +3,9 @@
 //! signs them start exactly one run, and everything else — a bad, stale or
 //! replayed signature, an unknown endpoint — gets the same 401 and creates
 //! nothing. The Standard Webhooks cases are signed by the official Python
-//! package `standardwebhooks` (installed with
-//! `python3 -m pip install --target target/pydeps-sw standardwebhooks`;
-//! set `AIRLOCK_TEST_SKIP_STANDARDWEBHOOKS=1` to skip those cases locally).
+//! package `standardwebhooks` (installed into `target/pydeps-sw` by
+//! `scripts/test`; set `AIRLOCK_TEST_SKIP_STANDARDWEBHOOKS=1` to skip those
+//! cases).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -253,7 +253,7 @@ print(Webhook(secret).sign(msg_id, datetime.fromtimestamp(int(ts), tz=timezone.u
         assert!(
             std::env::var_os("AIRLOCK_TEST_SKIP_STANDARDWEBHOOKS").is_some(),
             "the official Standard Webhooks package could not sign: {why}\n\
-             install it with `python3 -m pip install --target {} standardwebhooks`, \
+             run scripts/test (it installs the package into {}), \
              or set AIRLOCK_TEST_SKIP_STANDARDWEBHOOKS=1 to skip these cases",
             pydeps().display()
         );

@@ -1,5 +1,5 @@
-//! SPEC IAM-3 (sessions, CSRF, bootstrap and reset capabilities, recovery codes) and IAM-5
-//! (API keys): generation from the OS CSPRNG, hashing for storage, constant-time comparison.
+//! IAM-3 (sessions, CSRF), IAM-1 and IAM-4 (bootstrap and reset capabilities, recovery
+//! codes) and IAM-5 (API keys): generation from the OS CSPRNG, hashing for storage, constant-time comparison.
 //! Only [`token_hash`] of a token is ever stored.
 
 use base64::Engine as _;

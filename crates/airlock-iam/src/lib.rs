@@ -3,11 +3,13 @@
 //!
 //! | module | serves |
 //! |---|---|
-//! | [`roles`] | SPEC IAM-7 — the role × permission table, as data, and the grant rule |
-//! | [`password`] | SPEC IAM-2 — Argon2id password hashing, constant-work verification, usernames |
-//! | [`throttle`] | SPEC IAM-2 — bounded, non-revealing login throttling that never locks out forever |
-//! | [`keys`] | SPEC IAM-3, IAM-5 — session/CSRF/capability tokens, API keys, recovery codes |
-//! | [`totp`] | SPEC IAM-2 — RFC 6238 second factor with per-step replay protection |
+//! | [`roles`] | IAM-7 — the role × permission table, as data, and the grant rule |
+//! | [`password`] | IAM-2 — Argon2id password hashing, constant-work verification, usernames |
+//! | [`throttle`] | IAM-2 — bounded, non-revealing login throttling that never locks out forever |
+//! | [`keys`] | IAM-1, IAM-3, IAM-4, IAM-5 — session/CSRF/capability tokens, API keys, recovery codes |
+//! | [`totp`] | IAM-4 — RFC 6238 second factor with per-step replay protection |
+//!
+//! Requirement ids are explained in `docs/requirements.md`.
 //! | [`clock`] | controllable time for all of the above |
 
 pub mod clock;

@@ -1,4 +1,4 @@
-//! SPEC IAM-2: password hashing (Argon2id, OWASP minimum parameters), constant-work
+//! IAM-2: password hashing (Argon2id, OWASP minimum parameters), constant-work
 //! verification that does not reveal whether an account exists, and username rules.
 
 use std::sync::OnceLock;

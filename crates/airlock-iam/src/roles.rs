@@ -1,4 +1,4 @@
-//! SPEC IAM-7: roles and permissions. [`TABLE`] is the one place the role table lives; every
+//! IAM-7: roles and permissions. [`TABLE`] is the one place the role table lives; every
 //! check ([`Role::permits`]), listing ([`Role::permissions`]) and the rendered documentation
 //! ([`markdown_table`]) is derived from it.
 
@@ -113,7 +113,8 @@ use Role::{
     Admin as A, AssistantManager as M, Developer as D, HumanAssistant as H, Owner as O, Viewer as V,
 };
 
-/// SPEC IAM-7, verbatim: each permission and the roles that hold it.
+/// IAM-7: each permission and the roles that hold it (docs/requirements.md;
+/// mirrored in ARCHITECTURE.md).
 pub const TABLE: &[(Permission, &[Role])] = &[
     (Permission::WorkspaceManage, &[O, A]),
     (Permission::WorkspaceDelete, &[O]),

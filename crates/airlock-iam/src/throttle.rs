@@ -1,4 +1,4 @@
-//! SPEC IAM-2 login throttling: after a number of free failures each further failure doubles the
+//! IAM-2 login throttling: after a number of free failures each further failure doubles the
 //! wait up to a cap. It slows guessing, never locks anyone out for good, and reveals nothing:
 //! keys are opaque strings (the caller passes the normalized username whether or not the account
 //! exists, and separately a client key). Memory is bounded by `max_entries`.

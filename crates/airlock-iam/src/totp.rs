@@ -1,4 +1,4 @@
-//! SPEC IAM-2 second factor: RFC 6238 TOTP (HMAC-SHA1/256/512, dynamic truncation per RFC 4226),
+//! IAM-4 second factor: RFC 6238 TOTP (HMAC-SHA1/256/512, dynamic truncation per RFC 4226),
 //! verified within ±1 step, each step accepted at most once.
 
 use hmac::{Hmac, KeyInit, Mac};

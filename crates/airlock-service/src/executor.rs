@@ -335,11 +335,20 @@ impl Service {
         let dir = self.run_dir(&run.id);
         let _ = std::fs::remove_dir_all(&dir);
         let staged = (|| -> std::io::Result<()> {
-            std::fs::create_dir_all(dir.join("output"))?;
-            std::fs::write(
-                dir.join("input.json"),
-                serde_json::to_vec(&run.input).unwrap_or_default(),
-            )?;
+            use std::io::Write;
+            use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+            // Private like the rest of the data directory.
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(dir.join("output"))?;
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .mode(0o600)
+                .open(dir.join("input.json"))?
+                .write_all(&serde_json::to_vec(&run.input).unwrap_or_default())?;
             Ok(())
         })();
         if let Err(e) = staged {
@@ -509,17 +518,18 @@ impl Service {
                         .iter()
                         .map(|(n, v)| airlock_sandbox::SecretFile {
                             name: n.as_str().to_string(),
-                            value: airlock_sandbox::SecretBytes::new(crate::secrets::bytes(v)),
+                            value: crate::secrets::secret_bytes(v),
                         })
                         .collect(),
                 );
             }
             airlock_worker::SecretDelivery::Env => {
-                let mut env = Vec::new();
+                // Wiped when dropped (the spec keeps its own copy).
+                let mut env = zeroize::Zeroizing::new(Vec::new());
                 for (n, v) in &delivered {
-                    match String::from_utf8(crate::secrets::bytes(v)) {
-                        Ok(text) => env.push((n.as_str().to_string(), text)),
-                        Err(_) => {
+                    match crate::secrets::text(v) {
+                        Some(text) => env.push((n.as_str().to_string(), text.to_string())),
+                        None => {
                             return failed(
                                 RunState::Blocked,
                                 "secret_invalid",

@@ -8,6 +8,7 @@ use airlock_vault::{
     WrappedDataKey,
 };
 use std::path::Path;
+use zeroize::Zeroizing;
 
 /// Why a secrets operation failed; `code()` is stable.
 #[derive(Debug, thiserror::Error)]
@@ -325,9 +326,23 @@ pub fn redactor<'a>(
     airlock_vault::Redactor::new(values)
 }
 
-/// A value's bytes, for delivery into the sandbox.
-pub fn bytes(v: &SecretValue) -> Vec<u8> {
-    v.expose_secret().to_vec()
+/// A copy of a value's bytes, wiped when dropped: plaintext that leaves the
+/// vault's types is never held in a plain buffer.
+pub fn bytes(v: &SecretValue) -> Zeroizing<Vec<u8>> {
+    Zeroizing::new(v.expose_secret().to_vec())
+}
+
+/// A value's bytes for a secret file in the sandbox (moved straight into a
+/// type that wipes them on drop).
+pub fn secret_bytes(v: &SecretValue) -> airlock_sandbox::SecretBytes {
+    airlock_sandbox::SecretBytes::new(v.expose_secret().to_vec())
+}
+
+/// A value as UTF-8 text, wiped when dropped; `None` when it is not UTF-8.
+pub fn text(v: &SecretValue) -> Option<Zeroizing<String>> {
+    std::str::from_utf8(v.expose_secret())
+        .ok()
+        .map(|t| Zeroizing::new(t.to_owned()))
 }
 
 /// Names referenced as `${secret:NAME}` in an egress policy's text.
@@ -351,7 +366,7 @@ pub fn channel_secret_names(policy_text: &str) -> Vec<String> {
 /// A policy secret source: `${secret:NAME}` from the vault (values read
 /// beforehand, audited), everything else from the environment and files.
 pub struct VaultSource {
-    values: std::collections::HashMap<String, String>,
+    values: std::collections::HashMap<String, Zeroizing<String>>,
 }
 
 impl std::fmt::Debug for VaultSource {
@@ -363,7 +378,9 @@ impl std::fmt::Debug for VaultSource {
 impl airlock_egress::policy::SecretSource for VaultSource {
     fn get(&self, reference: &str) -> Option<String> {
         match reference.strip_prefix("secret:") {
-            Some(name) => self.values.get(name).cloned(),
+            // The egress crate's interface takes an owned `String`: that
+            // copy is the policy's to keep (it becomes the channel header).
+            Some(name) => self.values.get(name).map(|v| v.to_string()),
             None => airlock_egress::policy::EnvAndFiles.get(reference),
         }
     }
@@ -381,9 +398,9 @@ impl Secrets {
         let mut values = std::collections::HashMap::new();
         for n in channel_secret_names(policy_text) {
             let (_, v) = self.read_for_run(workspace, &n, run_id).await?;
-            let text = String::from_utf8(bytes(&v))
-                .map_err(|_| SecretError::Invalid(format!("{n} is not UTF-8")))?;
-            values.insert(n, text);
+            let value =
+                text(&v).ok_or_else(|| SecretError::Invalid(format!("{n} is not UTF-8")))?;
+            values.insert(n, value);
         }
         Ok(VaultSource { values })
     }

@@ -55,6 +55,23 @@ impl std::fmt::Debug for Service {
     }
 }
 
+/// Creates `dir` (and missing parents) 0700, or removes group and other
+/// bits from it when an older version left it open: the data directory
+/// holds the database, artifacts, uploads and run inputs, which are the
+/// airlock user's alone.
+pub(crate) fn private_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)?;
+    let mode = std::fs::metadata(dir)?.permissions().mode() & 0o7777;
+    if mode & 0o077 != 0 {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode & !0o077))?;
+    }
+    Ok(())
+}
+
 pub(crate) fn sha256_file(p: &Path) -> Option<String> {
     let bytes = std::fs::read(p).ok()?;
     Some(airlock_store::sha256_hex(&bytes))
@@ -73,8 +90,11 @@ impl Service {
     /// The service over an open store. The caller wires; nobody else
     /// keeps using the store through the service.
     pub fn open(store: Store, cfg: Config) -> Result<Arc<Self>> {
-        std::fs::create_dir_all(cfg.data_dir.join("runs"))
-            .map_err(|e| airlock_protocol::Error::internal(format!("data directory: {e}")))?;
+        let dir_error =
+            |e: std::io::Error| airlock_protocol::Error::internal(format!("data directory: {e}"));
+        private_dir(&cfg.data_dir).map_err(dir_error)?;
+        private_dir(&cfg.data_dir.join("runs")).map_err(dir_error)?;
+        private_dir(&cfg.data_dir.join("artifacts")).map_err(dir_error)?;
         let secrets = crate::secrets::Secrets::open(&cfg.key_dir, store.clone())?;
         let artifacts = airlock_files::ArtifactStore::open(&cfg.data_dir.join("artifacts"))
             .map_err(|e| airlock_protocol::Error::internal(format!("artifact store: {e}")))?;

@@ -18,6 +18,7 @@ mod identity;
 mod ids;
 mod quotas;
 mod schedules;
+mod sqlite_files;
 mod store;
 mod uploads;
 mod webhooks;

@@ -249,6 +249,9 @@ impl Store {
         };
         let pool = match backend {
             Backend::Sqlite => {
+                crate::sqlite_files::make_private(url).map_err(|e| {
+                    StoreError::Db(format!("cannot make the database private: {e}"))
+                })?;
                 let url = if url.contains('?') {
                     url.to_string()
                 } else {

@@ -321,9 +321,10 @@ for method, path in [("GET", "/v1/models"), ("POST", "/admin/keys"), ("POST", "/
 }
 both_users!(net_6_channel_refuses_other_methods_paths_and_trace);
 
-/// The official `openai` package, installed by `.ci/run` into
+/// The official `openai` package, installed by `scripts/test` into
 /// `target/pydeps` (or `AIRLOCK_TEST_PYDEPS`), completes a chat request
-/// through the channel.
+/// through the channel. Without the package the test fails, unless
+/// `AIRLOCK_TEST_SKIP_OPENAI` is set.
 fn net_6_official_openai_client_completes_a_chat(who: Who) {
     let deps = std::env::var("AIRLOCK_TEST_PYDEPS")
         .map(std::path::PathBuf::from)
@@ -332,12 +333,13 @@ fn net_6_official_openai_client_completes_a_chat(who: Who) {
         });
     if !deps.join("openai").exists() {
         assert!(
-            std::env::var("CI").is_err(),
-            "CI must install the openai package into {}",
+            std::env::var_os("AIRLOCK_TEST_SKIP_OPENAI").is_some(),
+            "the official openai package is not installed in {}: run scripts/test \
+             (it installs it), or set AIRLOCK_TEST_SKIP_OPENAI=1 to skip this test",
             deps.display()
         );
         eprintln!(
-            "skipping: openai package not installed in {}",
+            "skipped (AIRLOCK_TEST_SKIP_OPENAI): openai package not installed in {}",
             deps.display()
         );
         return;

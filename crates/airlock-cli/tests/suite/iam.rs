@@ -9,12 +9,12 @@ use std::process::{Command, Stdio};
 
 use serde_json::Value;
 
+use crate::both_users;
 use crate::suite::runs::{Env, OWNER_PASSWORD, Server};
 use crate::suite::support::*;
 
-#[test]
-fn iam_1_bootstrap_capability_is_a_0600_file_used_once() {
-    let env = Env::new();
+fn iam_1_bootstrap_capability_is_a_0600_file_used_once(who: Who) {
+    let env = Env::new(who);
     env.sh_worker("hello", "", "echo hi\n");
     let token_file = env.data.join("keys/bootstrap.token");
     // Server::start reads the file and bootstraps through the API.
@@ -35,10 +35,10 @@ fn iam_1_bootstrap_capability_is_a_0600_file_used_once() {
     );
     assert_eq!(c, 403, "{v}");
 }
+both_users!(iam_1_bootstrap_capability_is_a_0600_file_used_once);
 
-#[test]
-fn iam_1_a_fresh_server_prints_where_the_capability_is() {
-    let env = Env::new();
+fn iam_1_a_fresh_server_prints_where_the_capability_is(who: Who) {
+    let env = Env::new(who);
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -72,17 +72,17 @@ fn iam_1_a_fresh_server_prints_where_the_capability_is() {
     let token = std::fs::read_to_string(&path).unwrap();
     assert!(token.starts_with("alb_") && token.trim().len() > 40);
 }
+both_users!(iam_1_a_fresh_server_prints_where_the_capability_is);
 
-#[test]
-fn iam_5_login_stores_a_0600_key_and_remote_commands_use_it() {
-    let env = Env::new();
+fn iam_5_login_stores_a_0600_key_and_remote_commands_use_it(who: Who) {
+    let env = Env::new(who);
     env.sh_worker(
         "hello",
         "",
         "echo hi from the worker\necho '{}' > /airlock/output/result.json\n",
     );
     let s = Server::start(&env, &[]);
-    let config = tempfile::tempdir().unwrap();
+    let config = workdir(who);
     let cli = || {
         let mut c = env.cmd();
         c.env("XDG_CONFIG_HOME", config.path())
@@ -166,10 +166,10 @@ fn iam_5_login_stores_a_0600_key_and_remote_commands_use_it() {
     let out = cli().args(["--remote", "runs", "list"]).output().unwrap();
     assert_eq!(out.status.code(), Some(125));
 }
+both_users!(iam_5_login_stores_a_0600_key_and_remote_commands_use_it);
 
-#[test]
-fn iam_4_admin_reset_password_issues_a_single_use_token() {
-    let env = Env::new();
+fn iam_4_admin_reset_password_issues_a_single_use_token(who: Who) {
+    let env = Env::new(who);
     let s = Server::start(&env, &[]);
     let out = env
         .cmd()
@@ -208,29 +208,35 @@ fn iam_4_admin_reset_password_issues_a_single_use_token() {
         .unwrap();
     assert_eq!(out.status.code(), Some(125));
 }
+both_users!(iam_4_admin_reset_password_issues_a_single_use_token);
 
 /// `airlock up` may now bind a non-loopback address. Shown inside a fresh
 /// network namespace (an address of our own on its loopback device) so the
 /// test never listens on the machine's real interfaces: unauthenticated
 /// requests get 401, health answers, and an API key works.
-#[test]
-fn iam_6_non_loopback_listen_requires_authentication() {
-    if !is_root() {
-        eprintln!("skipped: needs root for a network namespace");
+fn iam_6_non_loopback_listen_requires_authentication(who: Who) {
+    if !require_root("to create a network namespace") {
         return;
     }
-    let env = Env::new();
+    let env = Env::new(who);
     // Bootstrap on loopback first to get a key.
     let key = {
         let s = Server::start(&env, &[]);
         s.key().to_string()
     };
     let bin = airlock_bin();
+    // The namespace needs root; the server in it runs as the env's user.
+    let as_user = match (who, test_user()) {
+        (Who::Unprivileged, Some((uid, gid))) => {
+            format!("setpriv --reuid={uid} --regid={gid} --clear-groups --")
+        }
+        _ => String::new(),
+    };
     let script = format!(
         r#"set -e
 ip link set lo up
 ip addr add 10.77.0.1/32 dev lo
-AIRLOCK_DATA_DIR='{data}' AIRLOCK_WORKERS_DIR='{workers}' '{bin}' up --listen 10.77.0.1:8000 2>/dev/null >/dev/null &
+AIRLOCK_DATA_DIR='{data}' AIRLOCK_WORKERS_DIR='{workers}' {as_user} '{bin}' up --listen 10.77.0.1:8000 2>/dev/null >/dev/null &
 pid=$!
 for i in $(seq 1 200); do curl -fs http://10.77.0.1:8000/healthz >/dev/null && break; sleep 0.05; done
 echo "health $(curl -s -o /dev/null -w '%{{http_code}}' http://10.77.0.1:8000/healthz)"
@@ -255,16 +261,18 @@ kill $pid; wait $pid || true
     assert!(text.contains("anon 401"), "{text}");
     assert!(text.contains("key 200"), "{text}");
 }
+both_users!(iam_6_non_loopback_listen_requires_authentication);
 
-/// API-1 … API-5: schemathesis (from PyPI, installed into
-/// `target/pydeps-st`) generates requests from `/v1/openapi.json` of a
+/// API-1 … API-5: schemathesis (from PyPI, installed by `scripts/test`
+/// into `target/pydeps-st`) generates requests from `/v1/openapi.json` of a
 /// running server in every phase (examples, coverage, fuzzing, stateful)
 /// and applies every check: no 5xx, documented status codes, content types
 /// and headers, bodies and SSE events that match their schemas, schema-valid
 /// requests accepted and schema-violating ones rejected, no ignored auth.
 /// The exceptions, each with its reason, are in `tests/schemathesis.toml`.
 /// Positive control: the run's API key still works afterwards (a run whose
-/// credential died would test nothing but 401s).
+/// credential died would test nothing but 401s). Runs once, as the
+/// invoker: the HTTP contract does not depend on the server's user.
 #[test]
 fn api_1_schemathesis_finds_no_server_errors_or_schema_violations() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/pydeps-st");
@@ -272,12 +280,12 @@ fn api_1_schemathesis_finds_no_server_errors_or_schema_violations() {
     if !st.exists() {
         assert!(
             std::env::var("AIRLOCK_TEST_SKIP_SCHEMATHESIS").is_ok(),
-            "schemathesis is not installed in {} (run .ci/run, or set AIRLOCK_TEST_SKIP_SCHEMATHESIS=1)",
+            "schemathesis is not installed in {}: run scripts/test (it installs it), or set AIRLOCK_TEST_SKIP_SCHEMATHESIS=1 to skip this test",
             root.display()
         );
         return;
     }
-    let env = Env::with_examples();
+    let env = Env::with_examples(Who::Invoker);
     // Fuzzing sends many unauthenticated and malformed requests on purpose:
     // the failed-authentication limit would answer most of them with 429,
     // and the per-identity buckets would leave some operations untested.
@@ -329,9 +337,8 @@ fn api_1_schemathesis_finds_no_server_errors_or_schema_violations() {
 /// API-7: `--metrics-listen` serves Prometheus text without credentials on
 /// its own address, while `/metrics` on the API listener still needs an
 /// administrator (the control).
-#[test]
-fn api_7_metrics_listener_is_separate_from_the_api() {
-    let env = Env::new();
+fn api_7_metrics_listener_is_separate_from_the_api(who: Who) {
+    let env = Env::new(who);
     let mport = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -353,3 +360,4 @@ fn api_7_metrics_listener_is_separate_from_the_api() {
     assert!(out.contains("airlock_queue_depth"), "{out}");
     assert!(out.contains("airlock_rate_limited_total"), "{out}");
 }
+both_users!(api_7_metrics_listener_is_separate_from_the_api);

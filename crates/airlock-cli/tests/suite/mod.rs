@@ -1,3 +1,4 @@
+mod docs;
 mod egress;
 mod iam;
 mod runs;
@@ -6,4 +7,5 @@ mod sandbox_cli;
 mod secrets;
 mod support;
 mod tidy;
+mod up;
 mod upstream;

@@ -8,32 +8,49 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+use crate::both_users;
 use crate::suite::support::*;
 
-/// A data dir and a workers dir for one test.
+/// A data dir and a workers dir for one test, and the user every `airlock`
+/// command of the test runs as (the data directory is that user's).
 pub(crate) struct Env {
     _root: tempfile::TempDir,
+    pub(crate) who: Who,
     pub(crate) data: PathBuf,
     pub(crate) workers: PathBuf,
     /// The owner's API key, once a server of this env was bootstrapped.
     api_key: std::sync::Mutex<Option<String>>,
+    /// Files holding the stdout and stderr of every server started here.
+    server_logs: std::sync::Mutex<Vec<PathBuf>>,
 }
 
 impl Env {
-    pub(crate) fn new() -> Self {
-        let root = workdir(Who::Invoker);
+    pub(crate) fn new(who: Who) -> Self {
+        let root = workdir(who);
         let data = root.path().join("data");
         let workers = root.path().join("workers");
         std::fs::create_dir_all(&workers).unwrap();
         Self {
+            who,
             data,
             workers,
             api_key: std::sync::Mutex::new(None),
+            server_logs: std::sync::Mutex::new(Vec::new()),
             _root: root,
         }
     }
-    pub(crate) fn with_examples() -> Self {
-        let env = Self::new();
+    /// The folder that holds `data/` and `workers/` (owned by the env's user).
+    pub(crate) fn root(&self) -> &Path {
+        self._root.path()
+    }
+    /// Hands a file the test wrote (as root) to the env's user.
+    pub(crate) fn give(&self, path: &Path) {
+        if let (Who::Unprivileged, Some((uid, gid))) = (self.who, test_user()) {
+            std::os::unix::fs::chown(path, Some(uid), Some(gid)).unwrap();
+        }
+    }
+    pub(crate) fn with_examples(who: Who) -> Self {
+        let env = Self::new(who);
         let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../workers");
         for e in std::fs::read_dir(&examples).unwrap().flatten() {
             let dst = env.workers.join(e.file_name());
@@ -45,7 +62,7 @@ impl Env {
         env
     }
     pub(crate) fn cmd(&self) -> Command {
-        let mut c = airlock(Who::Invoker);
+        let mut c = airlock(self.who);
         c.env("AIRLOCK_DATA_DIR", &self.data)
             .env("AIRLOCK_WORKERS_DIR", &self.workers);
         c
@@ -95,6 +112,34 @@ impl Env {
         serde_json::from_slice(&out.stdout)
             .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&out.stderr).into_owned()))
     }
+    /// Everything the servers of this env printed (stdout and stderr).
+    pub(crate) fn server_logs(&self) -> Vec<u8> {
+        let mut all = Vec::new();
+        for p in self.server_logs.lock().unwrap().iter() {
+            all.extend(std::fs::read(p).unwrap_or_default());
+        }
+        all
+    }
+    /// Each KEK version in the key directory, in the forms a leak could take
+    /// (raw, lower and upper hex, standard base64).
+    pub(crate) fn kek_forms(&self) -> Vec<(String, Vec<u8>)> {
+        let mut out = Vec::new();
+        for e in std::fs::read_dir(self.data.join("keys")).unwrap().flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if !name.starts_with("kek-v") {
+                continue;
+            }
+            let kek = std::fs::read(e.path()).unwrap();
+            assert_eq!(kek.len(), 32, "{name}");
+            let hex: String = kek.iter().map(|b| format!("{b:02x}")).collect();
+            out.push((format!("{name} raw"), kek.clone()));
+            out.push((format!("{name} hex"), hex.clone().into_bytes()));
+            out.push((format!("{name} HEX"), hex.to_uppercase().into_bytes()));
+            out.push((format!("{name} base64"), base64(&kek).into_bytes()));
+        }
+        assert!(!out.is_empty(), "no KEK in {}", self.data.display());
+        out
+    }
     /// Every byte the platform stored: database files and artifact blobs.
     pub(crate) fn stored_bytes(&self) -> Vec<u8> {
         let mut all = Vec::new();
@@ -115,13 +160,39 @@ impl Env {
     }
 }
 
+/// Standard base64 with padding (RFC 4648), for leak scans.
+pub(crate) fn base64(bytes: &[u8]) -> String {
+    const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for chunk in bytes.chunks(3) {
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(A[((n >> (18 - 6 * i)) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+/// `needle` occurs in `hay`.
+pub(crate) fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    !needle.is_empty() && hay.windows(needle.len()).any(|w| w == needle)
+}
+
 fn state(v: &Value) -> &str {
     v["run"]["state"].as_str().unwrap_or("")
 }
 
-#[test]
-fn run_1_each_example_worker_end_to_end() {
-    let env = Env::with_examples();
+fn run_1_each_example_worker_end_to_end(who: Who) {
+    let env = Env::with_examples(who);
     let (v, code, err) =
         env.run_json(&["hello-python", "--input", r#"{"name": "Ada", "times": 2}"#]);
     assert_eq!((state(&v), code), ("succeeded", 0), "{v} {err}");
@@ -175,10 +246,10 @@ fn run_1_each_example_worker_end_to_end() {
         String::from_utf8_lossy(&out.stdout)
     );
 }
+both_users!(run_1_each_example_worker_end_to_end);
 
-#[test]
-fn dur_4_output_attacks_are_rejected_and_nothing_outside_is_read() {
-    let env = Env::new();
+fn dur_4_output_attacks_are_rejected_and_nothing_outside_is_read(who: Who) {
+    let env = Env::new(who);
     let secret_dir = workdir(Who::Invoker);
     let secret = secret_dir.path().join("host-secret");
     std::fs::write(&secret, SENTINEL).unwrap();
@@ -233,10 +304,10 @@ fn dur_4_output_attacks_are_rejected_and_nothing_outside_is_read() {
     let (v, _, err) = env.run_json(&["clean"]);
     assert_eq!(state(&v), "succeeded", "{v} {err}");
 }
+both_users!(dur_4_output_attacks_are_rejected_and_nothing_outside_is_read);
 
-#[test]
-fn run_3_missing_required_output_is_a_schema_violation() {
-    let env = Env::new();
+fn run_3_missing_required_output_is_a_schema_violation(who: Who) {
+    let env = Env::new(who);
     env.sh_worker(
         "needs-output",
         "[outputs.answer]\ntype = \"string\"\nrequired = true\n",
@@ -256,10 +327,10 @@ fn run_3_missing_required_output_is_a_schema_violation() {
     let (v, _, _) = env.run_json(&["gives-output"]);
     assert_eq!(state(&v), "succeeded", "{v}");
 }
+both_users!(run_3_missing_required_output_is_a_schema_violation);
 
-#[test]
-fn dur_3_plan_tokens_are_single_use_expire_and_pin_the_worker() {
-    let env = Env::new();
+fn dur_3_plan_tokens_are_single_use_expire_and_pin_the_worker(who: Who) {
+    let env = Env::new(who);
     env.sh_worker(
         "planned",
         "[inputs.n]\ntype = \"number\"\n",
@@ -299,10 +370,10 @@ fn dur_3_plan_tokens_are_single_use_expire_and_pin_the_worker() {
         "{err}"
     );
 }
+both_users!(dur_3_plan_tokens_are_single_use_expire_and_pin_the_worker);
 
-#[test]
-fn api_8_idempotency_key_returns_the_original_run() {
-    let env = Env::new();
+fn api_8_idempotency_key_returns_the_original_run(who: Who) {
+    let env = Env::new(who);
     env.sh_worker(
         "idem",
         "[inputs.n]\ntype = \"number\"\n",
@@ -320,6 +391,7 @@ fn api_8_idempotency_key_returns_the_original_run() {
     assert_eq!(code, 125);
     assert!(err.contains("idempotency_conflict"), "{err}");
 }
+both_users!(api_8_idempotency_key_returns_the_original_run);
 
 /// A running `airlock up` on a free loopback port.
 pub(crate) struct Server {
@@ -366,9 +438,19 @@ impl Server {
             .unwrap()
             .port();
         let mut cmd = env.cmd();
+        // Kept outside the data directory, so stored-bytes scans and the
+        // data directory's modes are about what airlock itself wrote.
+        let log = {
+            let mut logs = env.server_logs.lock().unwrap();
+            let p = env.root().join(format!("server-{}.log", logs.len()));
+            logs.push(p.clone());
+            p
+        };
+        let out = std::fs::File::create(&log).unwrap();
+        let err = out.try_clone().unwrap();
         cmd.args(["up", "--listen", &format!("127.0.0.1:{port}")])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
+            .stdout(out)
+            .stderr(err);
         for (k, v) in extra_env {
             cmd.env(k, v);
         }
@@ -414,6 +496,15 @@ impl Server {
     }
     pub(crate) fn key(&self) -> &str {
         &self.key
+    }
+    /// The server's host pid.
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id()
+    }
+    /// SIGKILL, and reaped.
+    pub(crate) fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
     pub(crate) fn get_with_key(&self, path: &str, key: &str) -> (u16, String) {
         let auth = format!("Bearer {key}");
@@ -489,13 +580,13 @@ impl Server {
         let (c, b) = self.request(method, path, body, headers);
         (c, serde_json::from_str(&b).unwrap_or(Value::Null))
     }
-    fn run_state(&self, id: &str) -> String {
+    pub(crate) fn run_state(&self, id: &str) -> String {
         self.json("GET", &format!("/v1/runs/{id}"), None, &[]).1["run"]["state"]
             .as_str()
             .unwrap_or("")
             .to_string()
     }
-    fn wait_state(&self, id: &str, want: &[&str]) -> String {
+    pub(crate) fn wait_state(&self, id: &str, want: &[&str]) -> String {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             let s = self.run_state(id);
@@ -515,7 +606,8 @@ impl Drop for Server {
     }
 }
 
-fn count_procs(marker: &str) -> usize {
+/// How many host processes have `marker` in their command line.
+pub(crate) fn count_procs(marker: &str) -> usize {
     std::fs::read_dir("/proc")
         .unwrap()
         .flatten()
@@ -531,9 +623,8 @@ fn count_procs(marker: &str) -> usize {
         .count()
 }
 
-#[test]
-fn run_5_cancel_of_queued_and_running_runs_over_http() {
-    let env = Env::new();
+fn run_5_cancel_of_queued_and_running_runs_over_http(who: Who) {
+    let env = Env::new(who);
     let marker = format!("{}.{}", 7000 + std::process::id() % 1000, 5);
     env.sh_worker(
         "slow",
@@ -579,10 +670,10 @@ fn run_5_cancel_of_queued_and_running_runs_over_http() {
         "the cancelled queued run never started: {ev}"
     );
 }
+both_users!(run_5_cancel_of_queued_and_running_runs_over_http);
 
-#[test]
-fn api_8_concurrent_duplicates_over_http_create_one_run() {
-    let env = Env::new();
+fn api_8_concurrent_duplicates_over_http_create_one_run(who: Who) {
+    let env = Env::new(who);
     env.sh_worker("quick", "", "echo '{}' > /airlock/output/result.json\n");
     let server = std::sync::Arc::new(Server::start(&env, &[]));
     let mut handles = Vec::new();
@@ -615,10 +706,10 @@ fn api_8_concurrent_duplicates_over_http_create_one_run() {
     assert_eq!(c, 400, "{v}");
     assert!(v["error"]["code"].is_string() && v["error"]["request_id"].is_string());
 }
+both_users!(api_8_concurrent_duplicates_over_http_create_one_run);
 
-#[test]
-fn dur_2_kill_9_of_airlock_up_mid_runs_loses_nothing_and_duplicates_nothing() {
-    let env = Env::new();
+fn dur_2_kill_9_of_airlock_up_mid_runs_loses_nothing_and_duplicates_nothing(who: Who) {
+    let env = Env::new(who);
     env.sh_worker(
         "step",
         "[inputs.i]\ntype = \"number\"\n[limits]\ntimeout_s = 60\n",
@@ -681,11 +772,21 @@ fn dur_2_kill_9_of_airlock_up_mid_runs_loses_nothing_and_duplicates_nothing() {
         "{}",
         String::from_utf8_lossy(&out.stdout)
     );
+    // Nothing either server printed, crash and recovery included, holds the
+    // KEK (control: the logs hold the requests that created the runs).
+    let logs = env.server_logs();
+    assert!(contains(&logs, b"/v1/workers/step/runs"), "logs captured");
+    for (form, needle) in env.kek_forms() {
+        assert!(
+            !contains(&logs, &needle),
+            "the KEK ({form}) is in a server log"
+        );
+    }
 }
+both_users!(dur_2_kill_9_of_airlock_up_mid_runs_loses_nothing_and_duplicates_nothing);
 
-#[test]
-fn aud_2_audit_verify_names_the_first_bad_sequence_on_a_tampered_copy() {
-    let env = Env::new();
+fn aud_2_audit_verify_names_the_first_bad_sequence_on_a_tampered_copy(who: Who) {
+    let env = Env::new(who);
     env.sh_worker("quick", "", "echo '{}' > /airlock/output/result.json\n");
     for _ in 0..3 {
         let (v, _, _) = env.run_json(&["quick"]);
@@ -724,10 +825,11 @@ fn aud_2_audit_verify_names_the_first_bad_sequence_on_a_tampered_copy() {
     for (name, sql, expect) in attacks {
         let copy = env.data.join(format!("copy-{name}.db"));
         std::fs::copy(&db, &copy).unwrap();
-        let _ = std::fs::copy(
-            env.data.join("airlock.db-wal"),
-            env.data.join(format!("copy-{name}.db-wal")),
-        );
+        env.give(&copy);
+        let wal = env.data.join(format!("copy-{name}.db-wal"));
+        if std::fs::copy(env.data.join("airlock.db-wal"), &wal).is_ok() {
+            env.give(&wal);
+        }
         let script = format!(
             "import sqlite3,sys\nc=sqlite3.connect(sys.argv[1])\nc.execute('DROP TRIGGER audit_events_no_update')\nc.execute('DROP TRIGGER audit_events_no_delete')\nc.executescript(\"\"\"{sql}\"\"\")\nc.commit()\n"
         );
@@ -751,10 +853,10 @@ fn aud_2_audit_verify_names_the_first_bad_sequence_on_a_tampered_copy() {
         assert!(text.contains(expect), "{name}: {text}");
     }
 }
+both_users!(aud_2_audit_verify_names_the_first_bad_sequence_on_a_tampered_copy);
 
-#[test]
-fn api_6_events_resume_after_last_event_id() {
-    let env = Env::new();
+fn api_6_events_resume_after_last_event_id(who: Who) {
+    let env = Env::new(who);
     env.sh_worker(
         "chatty",
         "",
@@ -788,6 +890,7 @@ fn api_6_events_resume_after_last_event_id() {
     assert_eq!(code, 404);
     assert_eq!(body["error"]["code"], "not_found");
 }
+both_users!(api_6_events_resume_after_last_event_id);
 
 /// A fresh PostgreSQL database for one test (dropped at the end).
 struct PgDb(String);
@@ -839,10 +942,9 @@ impl Drop for PgDb {
     }
 }
 
-#[test]
-fn ops_2_two_servers_on_postgresql_share_the_queue_without_duplicates() {
+fn ops_2_two_servers_on_postgresql_share_the_queue_without_duplicates(who: Who) {
     let Some(db) = PgDb::new() else { return };
-    let env = Env::new();
+    let env = Env::new(who);
     env.sh_worker(
         "step",
         "[inputs.i]\ntype = \"number\"\n",
@@ -899,10 +1001,10 @@ fn ops_2_two_servers_on_postgresql_share_the_queue_without_duplicates() {
         String::from_utf8_lossy(&out.stdout)
     );
 }
+both_users!(ops_2_two_servers_on_postgresql_share_the_queue_without_duplicates);
 
-#[test]
-fn run_2_worker_validate_and_unreachable_database_are_clear_errors() {
-    let env = Env::with_examples();
+fn run_2_worker_validate_and_unreachable_database_are_clear_errors(who: Who) {
+    let env = Env::with_examples(who);
     let ok = env
         .cmd()
         .args(["worker", "validate"])
@@ -951,10 +1053,10 @@ fn run_2_worker_validate_and_unreachable_database_are_clear_errors() {
         "{err}"
     );
 }
+both_users!(run_2_worker_validate_and_unreachable_database_are_clear_errors);
 
-#[test]
-fn run_7_per_worker_cap_keeps_excess_runs_queued_with_a_position() {
-    let env = Env::new();
+fn run_7_per_worker_cap_keeps_excess_runs_queued_with_a_position(who: Who) {
+    let env = Env::new(who);
     env.sh_worker(
         "single",
         "[limits]\nconcurrency = 1\ntimeout_s = 120\n",
@@ -979,14 +1081,17 @@ fn run_7_per_worker_cap_keeps_excess_runs_queued_with_a_position() {
     }
     assert_eq!(server.wait_state(&a, &["cancelled"]), "cancelled");
 }
+both_users!(run_7_per_worker_cap_keeps_excess_runs_queued_with_a_position);
 
+/// Runs once, as root: making the disk full needs a tmpfs mounted in a
+/// private mount namespace, and what is checked (the publisher's handling
+/// of ENOSPC) does not depend on the user airlock runs as.
 #[test]
 fn dur_5_full_disk_while_publishing_fails_the_run_and_leaves_nothing_half_written() {
-    if !is_root() {
-        eprintln!("needs root to mount a small tmpfs in a private mount namespace");
+    if !require_root("to mount a small tmpfs in a private mount namespace") {
         return;
     }
-    let env = Env::new();
+    let env = Env::new(Who::Invoker);
     env.sh_worker("big", "[limits]\noutput_bytes = 10000000\n", "head -c 3000000 /dev/urandom > /airlock/output/blob\necho '{}' > /airlock/output/result.json\n");
     std::fs::create_dir_all(env.data.join("artifacts")).unwrap();
     let db = env.data.join("db.sqlite");
@@ -1020,9 +1125,8 @@ fn dur_5_full_disk_while_publishing_fails_the_run_and_leaves_nothing_half_writte
     assert_eq!(state(&v), "succeeded", "{v} {err}");
 }
 
-#[test]
-fn key_4_secrets_over_http_are_write_only() {
-    let env = Env::new();
+fn key_4_secrets_over_http_are_write_only(who: Who) {
+    let env = Env::new(who);
     let server = Server::start(&env, &[]);
     let (c, v) = server.json(
         "PUT",
@@ -1064,10 +1168,10 @@ fn key_4_secrets_over_http_are_write_only() {
     let (c, _) = server.request("DELETE", "/v1/secrets/HTTP_TOKEN", None, &[]);
     assert_eq!(c, 404);
 }
+both_users!(key_4_secrets_over_http_are_write_only);
 
-#[test]
-fn aud_4_export_verifies_with_the_published_external_script() {
-    let env = Env::new();
+fn aud_4_export_verifies_with_the_published_external_script(who: Who) {
+    let env = Env::new(who);
     env.sh_worker("quick", "", "echo '{}' > /airlock/output/result.json\n");
     for _ in 0..2 {
         assert_eq!(state(&env.run_json(&["quick"]).0), "succeeded");
@@ -1108,10 +1212,10 @@ fn aud_4_export_verifies_with_the_published_external_script() {
     );
     assert!(String::from_utf8_lossy(&bad.stdout).starts_with("bad seq 2"));
 }
+both_users!(aud_4_export_verifies_with_the_published_external_script);
 
-#[test]
-fn dur_3_plans_over_http_run_once() {
-    let env = Env::new();
+fn dur_3_plans_over_http_run_once(who: Who) {
+    let env = Env::new(who);
     env.sh_worker(
         "planned",
         "[inputs.n]\ntype = \"number\"\n",
@@ -1145,3 +1249,4 @@ fn dur_3_plans_over_http_run_once() {
     );
     assert_eq!(c, 422);
 }
+both_users!(dur_3_plans_over_http_run_once);

@@ -7,19 +7,16 @@ use std::process::Command;
 
 use serde_json::Value;
 
-use crate::suite::runs::Env;
+use crate::both_users;
+use crate::suite::runs::{Env, Server, contains};
+use crate::suite::support::*;
 
 const VALUE: &str = "tok-5e3c1a9d7b2f4e6a8c0d";
 
-fn contains(hay: &[u8], needle: &[u8]) -> bool {
-    hay.windows(needle.len()).any(|w| w == needle)
-}
-
 const LEAKY: &str = "t=$(cat /run/secrets/API_TOKEN)\necho \"stdout $t\"\necho \"stderr $t\" >&2\necho \"file $t\" > /airlock/output/leak.txt\nprintf '{\"echo\": \"%s\", \"digest\": \"%s\"}' \"$t\" \"$(printf %s \"$t\" | sha256sum | cut -c1-64)\" > /airlock/output/result.json\necho \"failing with $t\" >&2\nexit 3\n";
 
-#[test]
-fn key_6_a_secret_printed_everywhere_is_stored_nowhere() {
-    let env = Env::new();
+fn key_6_a_secret_printed_everywhere_is_stored_nowhere(who: Who) {
+    let env = Env::new(who);
     env.sh_worker("leaky", "[secrets]\nnames = [\"API_TOKEN\"]\n[outputs.echo]\ntype = \"string\"\n[outputs.digest]\ntype = \"string\"\n", LEAKY);
     assert_eq!(env.set("API_TOKEN", VALUE.as_bytes()).0, 0);
     let v = env.run("leaky");
@@ -70,10 +67,10 @@ fn key_6_a_secret_printed_everywhere_is_stored_nowhere() {
         "positive control: the scan sees stored run data"
     );
 }
+both_users!(key_6_a_secret_printed_everywhere_is_stored_nowhere);
 
-#[test]
-fn key_5_a_declared_but_unset_secret_blocks_the_run_naming_it() {
-    let env = Env::new();
+fn key_5_a_declared_but_unset_secret_blocks_the_run_naming_it(who: Who) {
+    let env = Env::new(who);
     env.sh_worker(
         "needs",
         "[secrets]\nnames = [\"MISSING_ONE\"]\n",
@@ -93,10 +90,10 @@ fn key_5_a_declared_but_unset_secret_blocks_the_run_naming_it() {
     assert_eq!(env.set("MISSING_ONE", b"some-value-123456").0, 0);
     assert_eq!(env.run("needs")["run"]["state"], "succeeded");
 }
+both_users!(key_5_a_declared_but_unset_secret_blocks_the_run_naming_it);
 
-#[test]
-fn key_5_env_delivery_and_undeclared_secrets_are_absent() {
-    let env = Env::new();
+fn key_5_env_delivery_and_undeclared_secrets_are_absent(who: Who) {
+    let env = Env::new(who);
     assert_eq!(env.set("DECLARED_ONE", b"declared-value-42").0, 0);
     assert_eq!(env.set("OTHER_ONE", b"other-value-4242").0, 0);
     env.sh_worker(
@@ -107,10 +104,10 @@ fn key_5_env_delivery_and_undeclared_secrets_are_absent() {
     let v = env.run("envy");
     assert_eq!(v["run"]["state"], "succeeded", "{v}");
 }
+both_users!(key_5_env_delivery_and_undeclared_secrets_are_absent);
 
-#[test]
-fn key_4_bad_names_and_values_are_refused_and_nothing_is_written() {
-    let env = Env::new();
+fn key_4_bad_names_and_values_are_refused_and_nothing_is_written(who: Who) {
+    let env = Env::new(who);
     let long = "A".repeat(65);
     for (name, value, code) in [
         ("lowercase", &b"v-123456789"[..], "secret_invalid"),
@@ -137,6 +134,7 @@ fn key_4_bad_names_and_values_are_refused_and_nothing_is_written() {
         "nothing partially written"
     );
 }
+both_users!(key_4_bad_names_and_values_are_refused_and_nothing_is_written);
 
 fn sqlite(db: &Path, sql: &str) {
     let script = format!(
@@ -162,9 +160,8 @@ fn sqlite_get(db: &Path, sql: &str) -> String {
     String::from_utf8_lossy(&o.stdout).trim().to_string()
 }
 
-#[test]
-fn key_3_rolled_back_secret_rows_are_refused() {
-    let env = Env::new();
+fn key_3_rolled_back_secret_rows_are_refused(who: Who) {
+    let env = Env::new(who);
     env.sh_worker(
         "reader",
         "[secrets]\nnames = [\"ROTATING\"]\n",
@@ -200,10 +197,10 @@ fn key_3_rolled_back_secret_rows_are_refused() {
     let v = env.run("reader");
     assert_eq!(v["run"]["error_code"], "secret_rollback", "{v}");
 }
+both_users!(key_3_rolled_back_secret_rows_are_refused);
 
-#[test]
-fn key_3_a_restored_old_database_is_refused_at_start_until_accepted() {
-    let env = Env::new();
+fn key_3_a_restored_old_database_is_refused_at_start_until_accepted(who: Who) {
+    let env = Env::new(who);
     assert_eq!(env.set("KEEP", b"value-one-0123456789").0, 0);
     let db = env.data.join("airlock.db");
     // Checkpoint the WAL so the file copy is the whole database.
@@ -251,45 +248,121 @@ fn key_3_a_restored_old_database_is_refused_at_start_until_accepted() {
     );
     assert_eq!(lines, "1");
 }
+both_users!(key_3_a_restored_old_database_is_refused_at_start_until_accepted);
 
-#[test]
-fn key_1_loose_key_directory_permissions_are_refused_and_the_kek_is_stored_nowhere() {
-    let env = Env::new();
+/// KEY-1, KEY-2: the KEK stays in the key directory. Scanned for every KEK
+/// version in raw, hex and base64 form: the database files (with WAL), the
+/// artifact store, everything the CLI printed, and the stdout and stderr of
+/// an `airlock up` that stored a secret, ran a worker reading it and gave a
+/// channel its credential from the vault. (Under `airlock up` egress
+/// decisions are not written to a log file; `sandbox exec --egress-log`
+/// never loads a KEK.)
+fn key_1_loose_key_directory_permissions_are_refused_and_the_kek_is_stored_nowhere(who: Who) {
+    let env = Env::new(who);
+    let mut printed = Vec::new();
+    let mut run = |args: &[&str]| {
+        let out = env.cmd().args(args).output().unwrap();
+        printed.extend(&out.stdout);
+        printed.extend(&out.stderr);
+        out
+    };
     assert_eq!(env.set("SOME_SECRET", b"secret-value-987654").0, 0);
-    let kek = std::fs::read(env.data.join("keys/kek-v1")).unwrap();
-    assert_eq!(kek.len(), 32);
-    let stored = env.stored_bytes();
-    let hex: String = kek.iter().map(|b| format!("{b:02x}")).collect();
-    assert!(
-        !contains(&stored, &kek) && !contains(&stored, hex.as_bytes()),
-        "the KEK reached the database"
-    );
     // Rotation and rewrap: old data stays readable.
-    assert!(
-        env.cmd()
-            .args(["keys", "rotate"])
-            .output()
-            .unwrap()
-            .status
-            .success()
-    );
-    assert!(
-        env.cmd()
-            .args(["keys", "rewrap"])
-            .output()
-            .unwrap()
-            .status
-            .success()
-    );
+    assert!(run(&["keys", "rotate"]).status.success());
+    assert!(run(&["keys", "rewrap"]).status.success());
+    // The KEKs of both versions, read before the first is retired.
+    let keks = env.kek_forms();
+    assert_eq!(keks.len(), 8, "two versions, four forms each");
     // Everything moved, so the old version can be retired.
-    let retired = env.cmd().args(["keys", "retire", "1"]).output().unwrap();
+    let retired = run(&["keys", "retire", "1"]);
     assert!(
         retired.status.success(),
         "{}",
         String::from_utf8_lossy(&retired.stderr)
     );
     env.sh_worker("reads", "[secrets]\nnames = [\"SOME_SECRET\"]\n", "[ \"$(cat /run/secrets/SOME_SECRET)\" = secret-value-987654 ] && echo '{}' > /airlock/output/result.json\n");
-    assert_eq!(env.run("reads")["run"]["state"], "succeeded");
+    let v = run(&["run", "reads", "--json"]);
+    let v: Value = serde_json::from_slice(&v.stdout).unwrap_or(Value::Null);
+    assert_eq!(v["run"]["state"], "succeeded", "{v}");
+
+    // A server: a secret over HTTP, a run that reads one, and a channel
+    // whose credential comes from the vault.
+    let up = crate::suite::upstream::start();
+    let policy = env.root().join("egress.toml");
+    std::fs::write(
+        &policy,
+        format!("[channels.model]\nupstream = \"http://127.0.0.1:{}\"\nheader = \"Authorization\"\nvalue = \"Bearer ${{secret:MODEL_KEY}}\"\nmethods = [\"POST\"]\npaths = [\"/v1/\"]\ninsecure_upstream_for_tests = true\n", up.port),
+    )
+    .unwrap();
+    env.sh_worker(
+        "caller",
+        "[egress]\nchannels = [\"model\"]\n",
+        "python3 -c \"import os,urllib.request as u; u.urlopen(u.Request(os.environ['AIRLOCK_CHANNEL_MODEL_URL']+'/v1/chat/completions', data=b'{}', method='POST'))\" && echo '{}' > /airlock/output/result.json\n",
+    );
+    {
+        let policy = policy.to_str().unwrap();
+        let s = Server::start(&env, &[("AIRLOCK_EGRESS_POLICY", policy)]);
+        let (c, v) = s.json(
+            "PUT",
+            "/v1/secrets/MODEL_KEY",
+            Some(&format!(r#"{{"value": "{VALUE}"}}"#)),
+            &[],
+        );
+        assert_eq!(c, 200, "{v}");
+        for worker in ["reads", "caller"] {
+            let (c, v) = s.json(
+                "POST",
+                &format!("/v1/workers/{worker}/runs"),
+                Some("{}"),
+                &[],
+            );
+            assert_eq!(c, 201, "{v}");
+            let id = v["run"]["id"].as_str().unwrap().to_string();
+            assert_eq!(
+                s.wait_state(&id, &["succeeded", "failed", "blocked"]),
+                "succeeded",
+                "{worker}"
+            );
+        }
+    }
+    assert_eq!(
+        up.requests()[0].header("authorization"),
+        Some(format!("Bearer {VALUE}").as_str()),
+        "the channel got its credential from the vault"
+    );
+
+    let stored = env.stored_bytes();
+    let logs = env.server_logs();
+    for (form, needle) in &keks {
+        assert!(
+            !contains(&stored, needle),
+            "the KEK ({form}) reached the database or artifacts"
+        );
+        assert!(
+            !contains(&logs, needle),
+            "the KEK ({form}) reached the server's log"
+        );
+        assert!(
+            !contains(&printed, needle),
+            "the KEK ({form}) was printed by the CLI"
+        );
+    }
+    // Positive controls: the scans read real data: the stored bytes hold the
+    // secrets' rows, the log the server's request lines, the CLI's output
+    // the run it printed.
+    assert!(
+        contains(&stored, b"SOME_SECRET"),
+        "stored bytes hold the secrets' rows"
+    );
+    assert!(
+        contains(&logs, b"/v1/secrets/MODEL_KEY"),
+        "the server log was captured"
+    );
+    assert!(
+        contains(&printed, b"succeeded"),
+        "the CLI's output was captured"
+    );
+
     // A key directory anyone can read is refused.
     std::fs::set_permissions(
         env.data.join("keys"),
@@ -304,10 +377,10 @@ fn key_1_loose_key_directory_permissions_are_refused_and_the_kek_is_stored_nowhe
         String::from_utf8_lossy(&out.stderr)
     );
 }
+both_users!(key_1_loose_key_directory_permissions_are_refused_and_the_kek_is_stored_nowhere);
 
-#[test]
-fn key_6_a_low_entropy_secret_is_named_in_a_warning_never_shown() {
-    let env = Env::new();
+fn key_6_a_low_entropy_secret_is_named_in_a_warning_never_shown(who: Who) {
+    let env = Env::new(who);
     assert_eq!(env.set("WEAK_ONE", b"aaaa").0, 0);
     env.sh_worker(
         "weak",
@@ -329,10 +402,10 @@ fn key_6_a_low_entropy_secret_is_named_in_a_warning_never_shown() {
         "the warning must not show the value: {warnings}"
     );
 }
+both_users!(key_6_a_low_entropy_secret_is_named_in_a_warning_never_shown);
 
-#[test]
-fn key_5_channel_credentials_come_from_the_vault_and_are_never_delivered() {
-    let env = Env::new();
+fn key_5_channel_credentials_come_from_the_vault_and_are_never_delivered(who: Who) {
+    let env = Env::new(who);
     let up = crate::suite::upstream::start();
     let policy = env.data.parent().unwrap().join("egress.toml");
     std::fs::write(
@@ -383,3 +456,4 @@ fn key_5_channel_credentials_come_from_the_vault_and_are_never_delivered() {
     );
     assert!(!contains(&env.stored_bytes(), VALUE.as_bytes()));
 }
+both_users!(key_5_channel_credentials_come_from_the_vault_and_are_never_delivered);

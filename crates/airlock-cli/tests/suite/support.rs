@@ -234,3 +234,20 @@ macro_rules! both_users {
         }
     };
 }
+
+/// `true` when the tests run as root. A test that needs root calls this
+/// first: without root it fails, naming what it needs, unless
+/// `AIRLOCK_TEST_SKIP_ROOT` is set (then it returns `false` and the test
+/// returns, saying so on stderr).
+pub fn require_root(needs: &str) -> bool {
+    if is_root() {
+        return true;
+    }
+    assert!(
+        std::env::var_os("AIRLOCK_TEST_SKIP_ROOT").is_some(),
+        "this test needs root ({needs}); run the suite as root (scripts/test as CI does), \
+         or set AIRLOCK_TEST_SKIP_ROOT=1 to skip it"
+    );
+    eprintln!("skipped (AIRLOCK_TEST_SKIP_ROOT): needs root ({needs})");
+    false
+}

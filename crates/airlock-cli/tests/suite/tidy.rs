@@ -99,3 +99,39 @@ fn only_the_store_crate_contains_sql() {
         "SQL outside airlock-store: {offenders:?}"
     );
 }
+
+/// Plaintext leaves the vault's types (`expose_secret`) only inside the vault
+/// crate and in `airlock-service/src/secrets.rs`, and there only into a
+/// buffer that is wiped when dropped (`Zeroizing`, `SecretBytes`), never into
+/// a plain `Vec` or `String`.
+#[test]
+fn key_1_vault_plaintext_is_only_copied_into_wiping_buffers() {
+    let mut files = Vec::new();
+    rust_files(&crates_dir(), &mut files);
+    let mut seen_in_service = 0;
+    for f in &files {
+        let path = f.to_string_lossy();
+        if !path.contains("/src/") || path.contains("airlock-vault/src") {
+            continue;
+        }
+        let text = std::fs::read_to_string(f).unwrap_or_default();
+        for (i, line) in text.lines().enumerate() {
+            if !line.contains(".expose_secret()") || line.trim_start().starts_with("//") {
+                continue;
+            }
+            let at = format!("{}:{}", f.display(), i + 1);
+            assert!(
+                path.ends_with("airlock-service/src/secrets.rs"),
+                "{at}: plaintext taken out of the vault outside secrets.rs: {line}"
+            );
+            seen_in_service += 1;
+            let copies = line.contains("to_vec()") || line.contains("to_owned()");
+            assert!(
+                !copies || line.contains("Zeroizing::new(") || line.contains("SecretBytes::new("),
+                "{at}: plaintext copied into a buffer that is not wiped: {line}"
+            );
+        }
+    }
+    // Positive control: the scan saw the service's real call sites.
+    assert!(seen_in_service >= 2, "the scan found no call site");
+}
