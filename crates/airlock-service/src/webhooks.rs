@@ -35,7 +35,6 @@ use airlock_iam::Permission;
 use airlock_protocol::webhooks::{Accepted, RotateSecret, RotatedSecret, WebhookRun};
 use airlock_protocol::{Error, ErrorCode};
 use airlock_store::AuditRecord;
-use airlock_vault::ExposeSecret;
 use airlock_worker::{Bundle, Trigger, WebhookFormat};
 use base64::Engine;
 use serde_json::json;
@@ -331,7 +330,7 @@ impl Service {
                 )
                 .await
             {
-                Ok((_, value)) => out.push(zeroize::Zeroizing::new(value.expose_secret().to_vec())),
+                Ok((_, value)) => out.push(crate::secrets::bytes(&value)),
                 // A version whose value never made it into the vault.
                 Err(SecretError::Missing(_)) => {}
                 Err(e) => return Err(secret_error(e)),
