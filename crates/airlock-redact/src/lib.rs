@@ -175,11 +175,19 @@ impl Patterns {
     }
 
     /// Copies `text` to `out` with forms replaced, from its start up to the first position that
-    /// cannot be decided yet (every position when `at_end`); returns how far it got. `before` is
-    /// the byte that preceded `text` in the stream, for word boundaries.
-    fn scan(&self, text: &[u8], before: Option<u8>, at_end: bool, out: &mut Vec<u8>) -> usize {
+    /// cannot be decided yet (every position when `at_end`); returns how far it got and how many
+    /// forms it replaced. `before` is the byte that preceded `text` in the stream, for word
+    /// boundaries.
+    fn scan(
+        &self,
+        text: &[u8],
+        before: Option<u8>,
+        at_end: bool,
+        out: &mut Vec<u8>,
+    ) -> (usize, u64) {
         let mut copied = 0;
         let mut i = 0;
+        let mut replaced = 0;
         while i < text.len() {
             match self.at(text, i, before, at_end) {
                 At::Match(len) => {
@@ -187,13 +195,14 @@ impl Patterns {
                     out.extend_from_slice(REDACTED.as_bytes());
                     i += len;
                     copied = i;
+                    replaced += 1;
                 }
                 At::Nothing => i += 1,
                 At::Undecided => break,
             }
         }
         out.extend_from_slice(&text[copied..i]);
-        i
+        (i, replaced)
     }
 
     /// The longest form that starts at `at`, honouring word boundaries.
@@ -242,6 +251,7 @@ pub struct StreamRedactor {
     pending: Zeroizing<Vec<u8>>,
     /// The last byte passed on, for word boundaries.
     before: Option<u8>,
+    replaced: u64,
 }
 
 impl fmt::Debug for StreamRedactor {
@@ -249,6 +259,7 @@ impl fmt::Debug for StreamRedactor {
         f.debug_struct("StreamRedactor")
             .field("patterns", &self.patterns)
             .field("held", &self.pending.len())
+            .field("replaced", &self.replaced)
             .finish()
     }
 }
@@ -259,6 +270,7 @@ impl StreamRedactor {
             patterns,
             pending: Zeroizing::new(Vec::new()),
             before: None,
+            replaced: 0,
         }
     }
 
@@ -269,9 +281,10 @@ impl StreamRedactor {
         }
         self.pending.extend_from_slice(chunk);
         let mut out = Vec::with_capacity(self.pending.len());
-        let done = self
+        let (done, replaced) = self
             .patterns
             .scan(&self.pending, self.before, false, &mut out);
+        self.replaced += replaced;
         if done > 0 {
             self.before = Some(self.pending[done - 1]);
             self.pending.drain(..done);
@@ -282,8 +295,10 @@ impl StreamRedactor {
     /// The rest, once the stream has ended.
     pub fn finish(&mut self) -> Vec<u8> {
         let mut out = Vec::with_capacity(self.pending.len());
-        self.patterns
+        let (_, replaced) = self
+            .patterns
             .scan(&self.pending, self.before, true, &mut out);
+        self.replaced += replaced;
         self.before = self.pending.last().copied().or(self.before);
         self.pending.clear();
         out
@@ -292,6 +307,11 @@ impl StreamRedactor {
     /// Bytes received and not passed on yet.
     pub fn held(&self) -> usize {
         self.pending.len()
+    }
+
+    /// How many forms were replaced so far.
+    pub fn replaced(&self) -> u64 {
+        self.replaced
     }
 }
 
@@ -557,7 +577,7 @@ mod tests {
         assert_eq!(s.push(b"data: sk-Xq7#L"), b"data: ");
         assert_eq!(s.held(), 8);
         assert_eq!(s.push(b"m2$Vb9!Tz4\n\n"), b"[REDACTED]\n\n");
-        assert_eq!(s.held(), 0);
+        assert_eq!((s.held(), s.replaced()), (0, 1));
         // A near miss is released as soon as it stops looking like the value.
         assert_eq!(s.push(b"sk-Xq7#"), b"");
         assert_eq!(s.push(b"Q"), b"sk-Xq7#Q");
@@ -566,6 +586,7 @@ mod tests {
         assert_eq!(s.push(b"x"), b"passpassx");
         assert_eq!(s.push(b" passpass"), b" ");
         assert_eq!(s.finish(), b"[REDACTED]");
+        assert_eq!(s.replaced(), 2);
     }
 
     #[test]
