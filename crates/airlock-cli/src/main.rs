@@ -5,6 +5,7 @@ mod iam_cmd;
 mod proxy_cmd;
 mod runs_cmd;
 mod sandbox_cmd;
+mod term;
 
 use std::process::ExitCode;
 

@@ -250,3 +250,88 @@ fn sbx_7_python_and_node_run_inside(who: Who) {
     assert_eq!(n.stdout().trim(), "{\"ok\":2}", "{n:?}");
 }
 both_users!(sbx_7_python_and_node_run_inside);
+
+/// `airlock ARGS` as `who` with stdout and stderr on a real pseudo-terminal (the operator's
+/// terminal, as far as airlock can tell): everything the terminal received.
+fn on_a_terminal(who: Who, args: &[&str]) -> Vec<u8> {
+    use std::io::Read;
+    let pty = nix::pty::openpty(None, None).unwrap();
+    let slave = std::fs::File::from(pty.slave);
+    let mut child = airlock(who)
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .stdout(slave.try_clone().unwrap())
+        .stderr(slave.try_clone().unwrap())
+        .spawn()
+        .unwrap();
+    // Only airlock holds the terminal now: reading ends (EIO) when it exits.
+    drop(slave);
+    let mut master = std::fs::File::from(pty.master);
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match master.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => seen.extend_from_slice(&buf[..n]),
+            Err(e) if e.raw_os_error() == Some(libc::EIO) => break,
+            Err(e) => panic!("reading the terminal: {e}"),
+        }
+    }
+    assert!(child.wait().unwrap().success());
+    seen
+}
+
+/// Writes a window title, a clipboard write (OSC 52), a device status query and a line
+/// overwrite to stdout and stderr, then some UTF-8 text.
+const TERMINAL_ATTACK: &str = r"printf '\033]0;pwned\007\033]52;c;ZWNobyBoaQ==\007\033[6n'; printf 'safe\rEVIL\033]0;err\007' >&2; printf 'h\303\251llo\tworld\n'";
+
+fn sbx_7_plain_output_on_a_terminal_shows_control_bytes_as_escapes(who: Who) {
+    let shown = on_a_terminal(
+        who,
+        &["sandbox", "exec", "--", "/bin/sh", "-c", TERMINAL_ATTACK],
+    );
+    let text = String::from_utf8_lossy(&shown);
+    assert!(
+        !shown.contains(&0x1b),
+        "an escape sequence reached the terminal: {text:?}"
+    );
+    assert!(!shown.contains(&0x07), "{text:?}");
+    for visible in [
+        "\\x1b]0;pwned\\x07",
+        "\\x1b]52;c;ZWNobyBoaQ==\\x07",
+        "\\x1b[6n",
+        "safe\\x0dEVIL",
+        "\\x1b]0;err\\x07",
+    ] {
+        assert!(text.contains(visible), "{visible} not shown: {text:?}");
+    }
+    // Text stays readable (the terminal itself turns \n into \r\n).
+    assert!(text.contains("héllo\tworld\r\n"), "{text:?}");
+
+    // Positive control: with --raw the same bytes reach the terminal as written.
+    let raw = on_a_terminal(
+        who,
+        &[
+            "sandbox",
+            "exec",
+            "--raw",
+            "--",
+            "/bin/sh",
+            "-c",
+            TERMINAL_ATTACK,
+        ],
+    );
+    let needle = b"\x1b]52;c;ZWNobyBoaQ==\x07";
+    assert!(
+        raw.windows(needle.len()).any(|w| w == needle),
+        "{:?}",
+        String::from_utf8_lossy(&raw)
+    );
+    // Control: a pipe is not a terminal and gets the bytes as written, too.
+    let piped = airlock(who)
+        .args(["sandbox", "exec", "--", "/bin/sh", "-c", TERMINAL_ATTACK])
+        .output()
+        .unwrap();
+    assert!(piped.stdout.windows(needle.len()).any(|w| w == needle));
+}
+both_users!(sbx_7_plain_output_on_a_terminal_shows_control_bytes_as_escapes);
