@@ -215,8 +215,7 @@ fn iam_4_admin_reset_password_issues_a_single_use_token() {
 /// requests get 401, health answers, and an API key works.
 #[test]
 fn iam_6_non_loopback_listen_requires_authentication() {
-    if !is_root() {
-        eprintln!("skipped: needs root for a network namespace");
+    if !require_root("a private network namespace") {
         return;
     }
     let env = Env::new();

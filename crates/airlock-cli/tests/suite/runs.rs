@@ -982,8 +982,7 @@ fn run_7_per_worker_cap_keeps_excess_runs_queued_with_a_position() {
 
 #[test]
 fn dur_5_full_disk_while_publishing_fails_the_run_and_leaves_nothing_half_written() {
-    if !is_root() {
-        eprintln!("needs root to mount a small tmpfs in a private mount namespace");
+    if !require_root("mounting a small tmpfs in a private mount namespace") {
         return;
     }
     let env = Env::new();
