@@ -70,12 +70,30 @@ fn sbx_6_full_containment_report_at_namespaces_level(who: Who) {
 }
 both_users!(sbx_6_full_containment_report_at_namespaces_level);
 
+/// A command that leaves a trace: it creates `trace` in the writable root `w` (made writable
+/// for anyone: the fallback level runs a root invoker's command as uid 65534).
+fn leave_trace(w: &tempfile::TempDir) -> Vec<String> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(w.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    sh(&format!("touch {}/trace", path_str(w.path())))
+}
+
 fn sbx_6_require_containment_blocks_weaker_levels(who: Who) {
     for driver in ["landlock", "uncontained"] {
+        let w = workdir(who);
+        let wp = path_str(w.path());
+        let cmd = leave_trace(&w);
+        let cmd: Vec<&str> = cmd.iter().map(String::as_str).collect();
         let r = exec(
             who,
-            &["--require-containment", "--driver", driver],
-            &["/bin/true"],
+            &[
+                "--require-containment",
+                "--driver",
+                driver,
+                "--writable",
+                wp,
+            ],
+            &cmd,
         );
         assert_eq!(r.code, 125, "{driver}: {r:?}");
         assert_eq!(
@@ -83,29 +101,55 @@ fn sbx_6_require_containment_blocks_weaker_levels(who: Who) {
             "{driver}"
         );
         assert!(r.stderr.contains("containment_unavailable"));
+        // Blocked before anything executes: the command left no trace.
+        assert!(
+            !w.path().join("trace").exists(),
+            "{driver}: the command ran"
+        );
+        // Positive control: the same driver without the requirement runs it, and the trace
+        // appears.
+        let ok = exec(who, &["--driver", driver, "--writable", wp], &cmd);
+        assert_eq!(ok.code, 0, "{driver}: {ok:?}");
+        assert!(
+            w.path().join("trace").exists(),
+            "{driver}: control left no trace"
+        );
     }
-    // Positive control: the same driver without the requirement runs.
-    assert_eq!(exec(who, &["--driver", "landlock"], &["/bin/true"]).code, 0);
 }
 both_users!(sbx_6_require_containment_blocks_weaker_levels);
 
 fn sbx_6_require_containment_blocks_unapplied_limits(who: Who) {
     // As an unprivileged user no cgroup is writable, so a CPU limit cannot be
     // applied and must block; as root it applies and the command runs.
+    let w = workdir(who);
+    let wp = path_str(w.path());
+    let cmd = leave_trace(&w);
+    let cmd: Vec<&str> = cmd.iter().map(String::as_str).collect();
     let r = exec(
         who,
-        &["--require-containment", "--cpus", "0.5"],
-        &["/bin/true"],
+        &["--require-containment", "--cpus", "0.5", "--writable", wp],
+        &cmd,
     );
     let applied = r.guarantee("cpu_limit");
-    if who == Who::Unprivileged {
+    let traced = w.path().join("trace").exists();
+    if who == Who::Unprivileged || !is_root() {
         assert_eq!(r.code, 125, "{r:?}");
         assert!(
             r.json["error"]["missing"].to_string().contains("cpu_limit"),
             "{r:?}"
         );
+        assert!(!traced, "blocked, yet the command ran");
+        // Positive control: without the requirement the same command runs (the limit is
+        // reported as not in force) and leaves its trace.
+        let ok = exec(who, &["--cpus", "0.5", "--writable", wp], &cmd);
+        assert_eq!(ok.code, 0, "{ok:?}");
+        assert!(!ok.guarantee("cpu_limit"), "{ok:?}");
+        assert!(w.path().join("trace").exists(), "control left no trace");
     } else {
-        assert_eq!(r.code == 0, applied, "{r:?}");
+        // As root a CPU cgroup is writable: the limit applies and the command runs.
+        assert!(applied, "as root the CPU limit must apply: {r:?}");
+        assert_eq!(r.code, 0, "{r:?}");
+        assert!(traced, "{r:?}");
     }
 }
 both_users!(sbx_6_require_containment_blocks_unapplied_limits);

@@ -154,7 +154,12 @@ impl Exec {
 
 /// `airlock sandbox exec --json OPTS -- CMD…` as `who`.
 pub fn exec(who: Who, opts: &[&str], cmd: &[&str]) -> Exec {
-    let out: Output = airlock(who)
+    exec_from(airlock(who), opts, cmd)
+}
+
+/// Like [`exec`], from a prepared [`airlock`] command (more environment, say).
+pub fn exec_from(mut base: Command, opts: &[&str], cmd: &[&str]) -> Exec {
+    let out: Output = base
         .args(["sandbox", "exec", "--json"])
         .args(opts)
         .arg("--")
