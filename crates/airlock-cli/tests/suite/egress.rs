@@ -385,13 +385,15 @@ fn net_6_official_openai_client_completes_a_chat(who: Who) {
             std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/pydeps")
         });
     if !deps.join("openai").exists() {
+        // A missing package fails the case (it never passes silently), unless skipped by name.
         assert!(
-            std::env::var("CI").is_err(),
-            "CI must install the openai package into {}",
+            std::env::var_os("AIRLOCK_TEST_SKIP_OPENAI").is_some(),
+            "the openai package is not installed in {} (run .ci/run), or set \
+             AIRLOCK_TEST_SKIP_OPENAI=1 to skip this case",
             deps.display()
         );
         eprintln!(
-            "skipping: openai package not installed in {}",
+            "skipped (AIRLOCK_TEST_SKIP_OPENAI): openai package not installed in {}",
             deps.display()
         );
         return;
