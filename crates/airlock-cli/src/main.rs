@@ -12,6 +12,7 @@ mod proxy_cmd;
 mod runs_cmd;
 mod sandbox_cmd;
 mod secrets_cmd;
+mod term;
 mod up_cmd;
 mod worker_cmd;
 

@@ -1,6 +1,6 @@
 //! `airlock sandbox exec` (SBX-7).
 
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -92,6 +92,11 @@ pub struct ExecArgs {
     /// Print exactly one JSON object on stdout instead of passing output through.
     #[arg(long)]
     json: bool,
+    /// Pass the command's output through byte for byte even to a terminal. By default,
+    /// control characters (escape sequences, lone carriage returns, bidi overrides) are shown
+    /// as escapes when stdout or stderr is a terminal, so the command cannot act on it.
+    #[arg(long)]
+    raw: bool,
     /// The command and its arguments.
     #[arg(last = true, required = true, value_name = "CMD")]
     command: Vec<String>,
@@ -298,11 +303,19 @@ fn exec(a: ExecArgs) -> ExitCode {
         });
         println!("{obj}");
     } else {
+        // The workload's bytes are untrusted: on a terminal they are shown, not obeyed.
+        let shown = |bytes: &[u8], tty: bool| -> Vec<u8> {
+            if tty && !a.raw {
+                crate::term::for_terminal(bytes)
+            } else {
+                bytes.to_vec()
+            }
+        };
         let mut out = std::io::stdout().lock();
-        let _ = out.write_all(&result.stdout.bytes);
+        let _ = out.write_all(&shown(&result.stdout.bytes, out.is_terminal()));
         let _ = out.flush();
         let mut err = std::io::stderr().lock();
-        let _ = err.write_all(&result.stderr.bytes);
+        let _ = err.write_all(&shown(&result.stderr.bytes, err.is_terminal()));
         if result.timed_out {
             let _ = writeln!(err, "airlock: timed out after {} ms", result.duration_ms);
         }

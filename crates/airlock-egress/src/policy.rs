@@ -6,6 +6,7 @@
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -168,6 +169,9 @@ pub struct Channel {
     pub value: Credential,
     /// The raw secret inside `value`, scrubbed from responses and logs.
     pub secret: Credential,
+    /// Every form of `secret` (raw, JSON-escaped, percent-encoded, hex, base64), found in
+    /// response headers and bodies and replaced there (NET-6).
+    pub scrub: Arc<airlock_redact::Patterns>,
     pub methods: Vec<http::Method>,
     pub path_prefixes: Vec<String>,
     pub insecure_upstream_for_tests: bool,
@@ -575,6 +579,13 @@ fn parse_channel(
     if secret.chars().any(|ch| ch.is_control()) {
         return Err(format!("secret {reference:?} contains control characters"));
     }
+    // A value this short could not be scrubbed from responses without destroying them.
+    if airlock_redact::strength(secret.as_bytes()) == airlock_redact::Strength::TooShort {
+        return Err(format!(
+            "secret {reference:?} is shorter than {} bytes: too short to scrub from responses",
+            airlock_redact::MIN_REDACTED_LEN
+        ));
+    }
     let value = format!("{before}{secret}{tail}");
     http::HeaderValue::from_str(&value)
         .map_err(|_| "value is not a valid header value".to_string())?;
@@ -613,6 +624,7 @@ fn parse_channel(
         port: a.port,
         header,
         value: Credential(value),
+        scrub: Arc::new(airlock_redact::Patterns::new([secret.as_bytes()])),
         secret: Credential(secret),
         methods,
         path_prefixes,

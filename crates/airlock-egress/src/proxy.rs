@@ -2,6 +2,16 @@
 //! tunnels and plain-HTTP forwarding through the decision pipeline, and
 //! credential channels (NET-6), with limits and one JSON line per decision
 //! and per closed connection (NET-7).
+//!
+//! A channel's response is scrubbed of the credential before the sandbox
+//! sees it: header values (and trailers) through `airlock_redact::Patterns`,
+//! the body through `airlock_redact::StreamRedactor` as it streams (every
+//! form the redactor knows, a credential cut across frames included, only a
+//! bounded tail held back). To make the body scannable the request asks for
+//! `Accept-Encoding: identity` and drops `Range`/`If-Range`; an upstream that
+//! still answers with a `Content-Encoding` is refused
+//! (`upstream_encoded_response`), and the response loses its
+//! `Content-Length` (replacement changes the length).
 
 use std::convert::Infallible;
 use std::io::Write;
@@ -25,6 +35,7 @@ use crate::authority::{self, Authority, Host};
 use crate::decide::{self, Decision, Mode, host_string};
 use crate::policy::{Channel, Limits, Policy, PolicyError};
 use crate::resolve::Resolve;
+use airlock_redact::StreamRedactor;
 
 /// Header carrying the machine-readable reason of a refusal.
 pub const REASON_HEADER: &str = "x-airlock-reason";
@@ -762,7 +773,7 @@ async fn forward<S>(
     path: String,
     host: &str,
     io: TokioIo<S>,
-    secret: Option<&str>,
+    scrub: Option<ChannelScrub>,
     ctx: Arc<Ctx>,
     addr: SocketAddr,
 ) -> Response<Body>
@@ -801,12 +812,50 @@ where
     };
     let (mut parts, body) = resp.into_parts();
     strip_hop_by_hop(&mut parts.headers);
-    if let Some(secret) = secret {
-        scrub_headers(&mut parts.headers, secret);
-    }
-    let counters = ctx.counters.clone();
-    let ctx2 = ctx.clone();
     let status = parts.status.as_u16();
+    let counters = ctx.counters.clone();
+    let count_down = move |f: hyper::body::Frame<Bytes>| {
+        if let Some(d) = f.data_ref() {
+            counters
+                .bytes_down
+                .fetch_add(d.len() as u64, Ordering::Relaxed);
+        }
+        f
+    };
+    let Some(scrub) = scrub else {
+        log_response(&ctx, host, addr, status, started);
+        // Streamed frame by frame: server-sent events pass through unbuffered.
+        return Response::from_parts(parts, body.map_frame(count_down).boxed());
+    };
+    // NET-6: a channel's response reaches the sandbox only with every form of the credential
+    // replaced. The body is scanned as it streams, so it must arrive as the bytes the
+    // upstream's program wrote: an encoded body (gzip, br, …) cannot be scanned and is refused
+    // (the request asked for `identity`).
+    if !identity_encoded(&parts.headers) {
+        ctx.counters.denied.fetch_add(1, Ordering::Relaxed);
+        ctx.log(json!({
+            "event": "egress_response", "host": host, "resolved_ip": addr.ip(), "status": status,
+            "channel": scrub.channel, "decision": "deny", "reason": "upstream_encoded_response",
+        }));
+        return refusal(StatusCode::BAD_GATEWAY, "upstream_encoded_response");
+    }
+    scrub_headers(&mut parts.headers, &scrub.patterns);
+    // Replacing changes the length; the body goes out chunked (or close-delimited).
+    parts.headers.remove(header::CONTENT_LENGTH);
+    log_response(&ctx, host, addr, status, started);
+    let body = ScrubbedBody {
+        inner: body.map_frame(count_down).boxed(),
+        redactor: StreamRedactor::new(scrub.patterns.clone()),
+        scrub,
+        trailers: None,
+        ended: false,
+        reported: false,
+        ctx,
+    };
+    Response::from_parts(parts, body.boxed())
+}
+
+fn log_response(ctx: &Ctx, host: &str, addr: SocketAddr, status: u16, started: Instant) {
     ctx.log(json!({
         "event": "egress_response",
         "host": host,
@@ -814,32 +863,145 @@ where
         "status": status,
         "duration_ms": started.elapsed().as_millis() as u64,
     }));
-    let _ = ctx2;
-    // Streamed frame by frame: server-sent events pass through unbuffered.
-    let down = body
-        .map_frame(move |f| {
-            if let Some(d) = f.data_ref() {
-                counters
-                    .bytes_down
-                    .fetch_add(d.len() as u64, Ordering::Relaxed);
-            }
-            f
-        })
-        .boxed();
-    Response::from_parts(parts, down)
 }
 
-fn scrub_headers(h: &mut HeaderMap, secret: &str) {
-    if secret.is_empty() {
+/// What a channel's response is scrubbed of.
+struct ChannelScrub {
+    channel: String,
+    patterns: Arc<airlock_redact::Patterns>,
+}
+
+/// Whether a body is the bytes as written (no `Content-Encoding`, or only `identity`).
+fn identity_encoded(h: &HeaderMap) -> bool {
+    h.get_all(header::CONTENT_ENCODING).iter().all(|v| {
+        v.to_str().is_ok_and(|s| {
+            s.split(',')
+                .map(str::trim)
+                .all(|t| t.is_empty() || t.eq_ignore_ascii_case("identity"))
+        })
+    })
+}
+
+/// Replaces every form of the credential in header values; drops a header whose name holds one.
+fn scrub_headers(h: &mut HeaderMap, patterns: &airlock_redact::Patterns) {
+    if patterns.is_empty() {
         return;
     }
-    for v in h.values_mut() {
-        if let Ok(s) = v.to_str()
-            && s.contains(secret)
-            && let Ok(clean) = HeaderValue::from_str(&s.replace(secret, "[REDACTED]"))
-        {
-            *v = clean;
+    let names: Vec<http::HeaderName> = h.keys().cloned().collect();
+    for name in names {
+        if patterns.redact(name.as_str().as_bytes()) != name.as_str().as_bytes() {
+            h.remove(&name);
+            continue;
         }
+        if let http::header::Entry::Occupied(mut entry) = h.entry(&name) {
+            for v in entry.iter_mut() {
+                let clean = patterns.redact(v.as_bytes());
+                if clean != v.as_bytes() {
+                    // `[REDACTED]` is a valid header value wherever the credential was.
+                    *v = HeaderValue::from_bytes(&clean)
+                        .unwrap_or_else(|_| HeaderValue::from_static(airlock_redact::REDACTED));
+                }
+            }
+        }
+    }
+}
+
+/// A channel's response body with the credential replaced as it streams (NET-6): each frame is
+/// passed on at once except a tail that may be the start of the credential (bounded by the
+/// longest form), so server-sent events stay unbuffered and a credential cut across frames is
+/// still found. Trailers are scrubbed like headers.
+struct ScrubbedBody {
+    inner: Body,
+    redactor: StreamRedactor,
+    scrub: ChannelScrub,
+    /// Trailers to send once the held tail has gone out.
+    trailers: Option<HeaderMap>,
+    ended: bool,
+    reported: bool,
+    ctx: Arc<Ctx>,
+}
+
+impl ScrubbedBody {
+    /// The stream is over (or abandoned): flushes what was held and tells the operator, once,
+    /// that this upstream echoes its credential. At the end of a stream this runs before the
+    /// client can see the end, so the log line is there when the response is.
+    fn end(&mut self) -> Vec<u8> {
+        self.ended = true;
+        let tail = self.redactor.finish();
+        let replaced = self.redactor.replaced();
+        if replaced > 0 && !self.reported {
+            self.reported = true;
+            self.ctx.log(json!({
+                "event": "egress_credential_scrubbed",
+                "channel": self.scrub.channel,
+                "replaced": replaced,
+            }));
+        }
+        tail
+    }
+}
+
+impl hyper::body::Body for ScrubbedBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, hyper::Error>>> {
+        use hyper::body::Frame;
+        use std::task::Poll;
+        let this = self.get_mut();
+        if let Some(t) = this.trailers.take() {
+            return Poll::Ready(Some(Ok(Frame::trailers(t))));
+        }
+        if this.ended {
+            return Poll::Ready(None);
+        }
+        loop {
+            let frame = match std::task::ready!(std::pin::Pin::new(&mut this.inner).poll_frame(cx))
+            {
+                // An upstream error ends the stream; a held tail is dropped with it.
+                Some(Err(e)) => return Poll::Ready(Some(Err(e))),
+                Some(Ok(frame)) => frame,
+                None => {
+                    let tail = this.end();
+                    return Poll::Ready((!tail.is_empty()).then(|| Ok(Frame::data(tail.into()))));
+                }
+            };
+            match frame.into_data() {
+                Ok(data) => {
+                    let out = this.redactor.push(&data);
+                    if !out.is_empty() {
+                        return Poll::Ready(Some(Ok(Frame::data(out.into()))));
+                    }
+                }
+                Err(frame) => {
+                    let Ok(mut trailers) = frame.into_trailers() else {
+                        continue;
+                    };
+                    scrub_headers(&mut trailers, &this.scrub.patterns);
+                    let tail = this.end();
+                    if tail.is_empty() {
+                        return Poll::Ready(Some(Ok(Frame::trailers(trailers))));
+                    }
+                    this.trailers = Some(trailers);
+                    return Poll::Ready(Some(Ok(Frame::data(tail.into()))));
+                }
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.ended && self.trailers.is_none()
+    }
+}
+
+impl Drop for ScrubbedBody {
+    fn drop(&mut self) {
+        // A stream cut short (client gone, upstream error) is reported too; what was held is
+        // dropped with it.
+        self.end();
     }
 }
 
@@ -898,6 +1060,16 @@ async fn channel(req: Request<Incoming>, name: &str, rest: &str, ctx: Arc<Ctx>) 
         parts.headers.remove(*h);
     }
     parts.headers.remove(&ch.header);
+    // The response is scanned for the credential as it streams: ask for the body as written
+    // (no compression), and whole (a range would let a client fetch the credential piecewise,
+    // each piece too short to recognise).
+    for h in [header::ACCEPT_ENCODING, header::RANGE, header::IF_RANGE] {
+        parts.headers.remove(h);
+    }
+    parts.headers.insert(
+        header::ACCEPT_ENCODING,
+        HeaderValue::from_static("identity"),
+    );
     let Ok(value) = HeaderValue::from_str(ch.value.expose()) else {
         return refusal(StatusCode::INTERNAL_SERVER_ERROR, "channel_misconfigured");
     };
@@ -910,7 +1082,10 @@ async fn channel(req: Request<Incoming>, name: &str, rest: &str, ctx: Arc<Ctx>) 
     } else {
         format!("{}:{}", authority_host(&ch.host), ch.port)
     };
-    let secret = ch.secret.expose().to_string();
+    let scrub = ChannelScrub {
+        channel: ch.name.clone(),
+        patterns: ch.scrub.clone(),
+    };
     if ch.scheme_https {
         let Host::Name(server_name) = &ch.host else {
             return refusal(StatusCode::BAD_GATEWAY, "channel_tls_needs_a_name");
@@ -931,7 +1106,7 @@ async fn channel(req: Request<Incoming>, name: &str, rest: &str, ctx: Arc<Ctx>) 
             rest.to_string(),
             &host_header,
             TokioIo::new(tls),
-            Some(&secret),
+            Some(scrub),
             ctx,
             addr,
         )
@@ -943,7 +1118,7 @@ async fn channel(req: Request<Incoming>, name: &str, rest: &str, ctx: Arc<Ctx>) 
             rest.to_string(),
             &host_header,
             TokioIo::new(stream),
-            Some(&secret),
+            Some(scrub),
             ctx,
             addr,
         )

@@ -2,10 +2,15 @@
 //! scripted resolver. Table-driven; each row names what it attacks.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::net::IpAddr;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{IpAddr, TcpStream};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
+use airlock_egress::Egress;
 use airlock_egress::decide::{self, Mode};
 use airlock_egress::policy::{EnvAndFiles, Policy};
+use airlock_egress::proxy::NullLog;
 use airlock_egress::resolve::{ResolveError, ScriptedResolver};
 
 const POLICY: &str = r#"
@@ -382,4 +387,132 @@ fn net_2_invalid_policies_are_refused_at_load() {
         format!("{:?}", p.channels["x"]).contains("[REDACTED]"),
         "credentials never print"
     );
+}
+
+/// A loopback HTTP listener that answers every connection with `name` and counts them.
+fn named_listener(l: std::net::TcpListener, name: &'static str) -> Arc<AtomicUsize> {
+    let count = Arc::new(AtomicUsize::new(0));
+    let c = count.clone();
+    std::thread::spawn(move || {
+        for s in l.incoming().flatten() {
+            c.fetch_add(1, Ordering::SeqCst);
+            let mut r = BufReader::new(s.try_clone().unwrap());
+            let mut line = String::new();
+            while r.read_line(&mut line).unwrap_or(0) > 0 && line != "\r\n" {
+                line.clear();
+            }
+            let mut s = s;
+            let _ = write!(
+                s,
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{name}",
+                name.len()
+            );
+        }
+    });
+    count
+}
+
+/// Reads what is left of a connection.
+fn rest(s: &mut TcpStream) -> String {
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    out
+}
+
+/// NET-5 through the proxy's real connect path (CONNECT and plain HTTP): the scripted
+/// resolver answers the checked address first and a loopback address on every later query,
+/// as a rebinding DNS server would; a real listener waits on each. The proxy reaches only the
+/// checked one, asking the resolver once per request. Controls: a later request gets (and
+/// refuses) the rebound answer, and the rebound listener answers anyone who reaches it.
+#[test]
+fn net_5_rebinding_through_the_proxy_reaches_only_the_checked_address() {
+    // The checked address 127.0.0.2 (allowed by an explicit CIDR rule) and the rebound
+    // 127.0.0.1 (loopback: refused) listen on the same port.
+    let (good, bad, port) = loop {
+        let good = std::net::TcpListener::bind("127.0.0.2:0").unwrap();
+        let port = good.local_addr().unwrap().port();
+        if let Ok(bad) = std::net::TcpListener::bind(("127.0.0.1", port)) {
+            break (good, bad, port);
+        }
+    };
+    let good = named_listener(good, "checked");
+    let bad = named_listener(bad, "rebound");
+    let policy = format!(
+        "[[allow]]\nhost = \"*.rebind.example.org\"\nports = [{port}]\nhttp = true\n\
+         [[allow]]\ncidr = \"127.0.0.2/32\"\nports = [{port}]\nhttp = true\n"
+    );
+    // One name per request kind, each rebinding after its first answer.
+    let resolver = Arc::new(
+        ScriptedResolver::new()
+            .answer("tunnel.rebind.example.org", Ok(vec![ip("127.0.0.2")]))
+            .answer("tunnel.rebind.example.org", Ok(vec![ip("127.0.0.1")]))
+            .answer("plain.rebind.example.org", Ok(vec![ip("127.0.0.2")]))
+            .answer("plain.rebind.example.org", Ok(vec![ip("127.0.0.1")])),
+    );
+    let egress = Egress::new(
+        Policy::from_toml(&policy, &EnvAndFiles),
+        resolver.clone(),
+        Arc::new(NullLog),
+    )
+    .unwrap();
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let proxy_port = l.local_addr().unwrap().port();
+    let _served = egress
+        .serve_sandbox(l, "rebind", None, &format!("127.0.0.1:{proxy_port}"))
+        .unwrap();
+    let connect = || {
+        let s = TcpStream::connect(("127.0.0.1", proxy_port)).unwrap();
+        s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+            .unwrap();
+        s
+    };
+
+    // CONNECT: the tunnel reaches the checked address.
+    let mut s = connect();
+    write!(
+        s,
+        "CONNECT tunnel.rebind.example.org:{port} HTTP/1.1\r\nHost: x\r\n\r\n"
+    )
+    .unwrap();
+    let mut r = BufReader::new(s.try_clone().unwrap());
+    let mut status = String::new();
+    r.read_line(&mut status).unwrap();
+    assert!(status.starts_with("HTTP/1.1 200"), "{status}");
+    let mut line = String::new();
+    while r.read_line(&mut line).unwrap() > 0 && line != "\r\n" {
+        line.clear();
+    }
+    write!(s, "GET / HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let mut answer = String::new();
+    let _ = r.read_to_string(&mut answer);
+    assert!(answer.ends_with("checked"), "{answer}");
+    // Plain HTTP: the same.
+    let mut s = connect();
+    write!(s, "GET http://plain.rebind.example.org:{port}/ HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
+    let answer = rest(&mut s);
+    assert!(answer.ends_with("checked"), "{answer}");
+    assert_eq!(
+        bad.load(Ordering::SeqCst),
+        0,
+        "the proxy reached the rebound address"
+    );
+    assert_eq!(good.load(Ordering::SeqCst), 2);
+    assert_eq!(resolver.calls().len(), 2, "one lookup per request");
+
+    // Control: the next request sees the rebound answer and is refused before connecting.
+    let mut s = connect();
+    write!(
+        s,
+        "CONNECT tunnel.rebind.example.org:{port} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let answer = rest(&mut s);
+    assert!(answer.starts_with("HTTP/1.1 403"), "{answer}");
+    assert!(answer.contains("loopback_address"), "{answer}");
+    assert_eq!(bad.load(Ordering::SeqCst), 0);
+    // Control: the rebound listener is live; reaching it would have been seen.
+    let mut direct = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    write!(direct, "GET / HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    assert!(rest(&mut direct).ends_with("rebound"));
+    assert_eq!(bad.load(Ordering::SeqCst), 1);
 }

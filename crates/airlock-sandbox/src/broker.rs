@@ -191,6 +191,29 @@ impl Broker {
     /// Runs one workload; when the spec asks for egress, `on_listener`
     /// receives the sandbox's listener before the workload starts.
     pub fn run_with(&self, spec: &SandboxSpec, hooks: Hooks<'_>) -> Result<RunResult, LaunchError> {
+        self.run_inner(spec, hooks, None)
+    }
+
+    /// Like [`Broker::run_with`], calling `before_start` after the broker's
+    /// own identity check (SBX-2) and the spawn of the sandbox's init, and
+    /// before the init starts the workload. Tests use that window to prove
+    /// what the sandbox re-checks by itself (an executable swapped there is
+    /// refused inside).
+    pub fn run_with_before_start(
+        &self,
+        spec: &SandboxSpec,
+        hooks: Hooks<'_>,
+        before_start: &mut dyn FnMut(),
+    ) -> Result<RunResult, LaunchError> {
+        self.run_inner(spec, hooks, Some(before_start))
+    }
+
+    fn run_inner(
+        &self,
+        spec: &SandboxSpec,
+        hooks: Hooks<'_>,
+        before_start: Option<&mut dyn FnMut()>,
+    ) -> Result<RunResult, LaunchError> {
         let start = Instant::now();
         let t0 = crate::wire::monotonic_ns();
         let deadline = start + spec.timeout;
@@ -221,8 +244,10 @@ impl Broker {
                 stage: "egress".into(),
                 error: "the uncontained driver has the host's network; egress policy cannot be enforced".into(),
             }),
-            DriverChoice::Uncontained => run_uncontained(spec, env, exe, start, deadline, hooks),
-            _ => self.run_contained(spec, env, exe, start, deadline, hooks, t0),
+            DriverChoice::Uncontained => {
+                run_uncontained(spec, env, exe, start, deadline, hooks, before_start)
+            }
+            _ => self.run_contained(spec, env, exe, start, deadline, hooks, t0, before_start),
         }
     }
 
@@ -236,6 +261,7 @@ impl Broker {
         deadline: Instant,
         mut hooks: Hooks<'_>,
         t0: u64,
+        before_start: Option<&mut dyn FnMut()>,
     ) -> Result<RunResult, LaunchError> {
         let mut marks: Vec<(String, u64)> = Vec::new();
         let mut mark = |stage: &str| {
@@ -403,6 +429,9 @@ impl Broker {
                 stage: "cgroup attach".into(),
                 error: "could not move the sandbox into its cgroup".into(),
             });
+        }
+        if let Some(f) = before_start {
+            f();
         }
         let _ = spec_pipe.write_all(b"G");
         drop(spec_pipe);
@@ -641,6 +670,7 @@ fn run_uncontained(
     start: Instant,
     deadline: Instant,
     hooks: Hooks<'_>,
+    before_start: Option<&mut dyn FnMut()>,
 ) -> Result<RunResult, LaunchError> {
     if spec.require_containment {
         let report = ContainmentReport::uncontained();
@@ -666,6 +696,9 @@ fn run_uncontained(
     use std::os::unix::process::CommandExt;
     exe.verify()?;
     let mut child = cmd.spawn()?;
+    if let Some(f) = before_start {
+        f();
+    }
     let pgid = Pid::from_raw(-(i32::try_from(child.id()).unwrap_or(i32::MAX)));
     let budget = spec.output_budget;
     let out = child.stdout.take();

@@ -70,12 +70,30 @@ fn sbx_6_full_containment_report_at_namespaces_level(who: Who) {
 }
 both_users!(sbx_6_full_containment_report_at_namespaces_level);
 
+/// A command that leaves a trace: it creates `trace` in the writable root `w` (made writable
+/// for anyone: the fallback level runs a root invoker's command as uid 65534).
+fn leave_trace(w: &tempfile::TempDir) -> Vec<String> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(w.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    sh(&format!("touch {}/trace", path_str(w.path())))
+}
+
 fn sbx_6_require_containment_blocks_weaker_levels(who: Who) {
     for driver in ["landlock", "uncontained"] {
+        let w = workdir(who);
+        let wp = path_str(w.path());
+        let cmd = leave_trace(&w);
+        let cmd: Vec<&str> = cmd.iter().map(String::as_str).collect();
         let r = exec(
             who,
-            &["--require-containment", "--driver", driver],
-            &["/bin/true"],
+            &[
+                "--require-containment",
+                "--driver",
+                driver,
+                "--writable",
+                wp,
+            ],
+            &cmd,
         );
         assert_eq!(r.code, 125, "{driver}: {r:?}");
         assert_eq!(
@@ -83,29 +101,55 @@ fn sbx_6_require_containment_blocks_weaker_levels(who: Who) {
             "{driver}"
         );
         assert!(r.stderr.contains("containment_unavailable"));
+        // Blocked before anything executes: the command left no trace.
+        assert!(
+            !w.path().join("trace").exists(),
+            "{driver}: the command ran"
+        );
+        // Positive control: the same driver without the requirement runs it, and the trace
+        // appears.
+        let ok = exec(who, &["--driver", driver, "--writable", wp], &cmd);
+        assert_eq!(ok.code, 0, "{driver}: {ok:?}");
+        assert!(
+            w.path().join("trace").exists(),
+            "{driver}: control left no trace"
+        );
     }
-    // Positive control: the same driver without the requirement runs.
-    assert_eq!(exec(who, &["--driver", "landlock"], &["/bin/true"]).code, 0);
 }
 both_users!(sbx_6_require_containment_blocks_weaker_levels);
 
 fn sbx_6_require_containment_blocks_unapplied_limits(who: Who) {
     // As an unprivileged user no cgroup is writable, so a CPU limit cannot be
     // applied and must block; as root it applies and the command runs.
+    let w = workdir(who);
+    let wp = path_str(w.path());
+    let cmd = leave_trace(&w);
+    let cmd: Vec<&str> = cmd.iter().map(String::as_str).collect();
     let r = exec(
         who,
-        &["--require-containment", "--cpus", "0.5"],
-        &["/bin/true"],
+        &["--require-containment", "--cpus", "0.5", "--writable", wp],
+        &cmd,
     );
     let applied = r.guarantee("cpu_limit");
-    if who == Who::Unprivileged {
+    let traced = w.path().join("trace").exists();
+    if who == Who::Unprivileged || !is_root() {
         assert_eq!(r.code, 125, "{r:?}");
         assert!(
             r.json["error"]["missing"].to_string().contains("cpu_limit"),
             "{r:?}"
         );
+        assert!(!traced, "blocked, yet the command ran");
+        // Positive control: without the requirement the same command runs (the limit is
+        // reported as not in force) and leaves its trace.
+        let ok = exec(who, &["--cpus", "0.5", "--writable", wp], &cmd);
+        assert_eq!(ok.code, 0, "{ok:?}");
+        assert!(!ok.guarantee("cpu_limit"), "{ok:?}");
+        assert!(w.path().join("trace").exists(), "control left no trace");
     } else {
-        assert_eq!(r.code == 0, applied, "{r:?}");
+        // As root a CPU cgroup is writable: the limit applies and the command runs.
+        assert!(applied, "as root the CPU limit must apply: {r:?}");
+        assert_eq!(r.code, 0, "{r:?}");
+        assert!(traced, "{r:?}");
     }
 }
 both_users!(sbx_6_require_containment_blocks_unapplied_limits);
@@ -250,3 +294,88 @@ fn sbx_7_python_and_node_run_inside(who: Who) {
     assert_eq!(n.stdout().trim(), "{\"ok\":2}", "{n:?}");
 }
 both_users!(sbx_7_python_and_node_run_inside);
+
+/// `airlock ARGS` as `who` with stdout and stderr on a real pseudo-terminal (the operator's
+/// terminal, as far as airlock can tell): everything the terminal received.
+fn on_a_terminal(who: Who, args: &[&str]) -> Vec<u8> {
+    use std::io::Read;
+    let pty = nix::pty::openpty(None, None).unwrap();
+    let slave = std::fs::File::from(pty.slave);
+    let mut child = airlock(who)
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .stdout(slave.try_clone().unwrap())
+        .stderr(slave.try_clone().unwrap())
+        .spawn()
+        .unwrap();
+    // Only airlock holds the terminal now: reading ends (EIO) when it exits.
+    drop(slave);
+    let mut master = std::fs::File::from(pty.master);
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match master.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => seen.extend_from_slice(&buf[..n]),
+            Err(e) if e.raw_os_error() == Some(libc::EIO) => break,
+            Err(e) => panic!("reading the terminal: {e}"),
+        }
+    }
+    assert!(child.wait().unwrap().success());
+    seen
+}
+
+/// Writes a window title, a clipboard write (OSC 52), a device status query and a line
+/// overwrite to stdout and stderr, then some UTF-8 text.
+const TERMINAL_ATTACK: &str = r"printf '\033]0;pwned\007\033]52;c;ZWNobyBoaQ==\007\033[6n'; printf 'safe\rEVIL\033]0;err\007' >&2; printf 'h\303\251llo\tworld\n'";
+
+fn sbx_7_plain_output_on_a_terminal_shows_control_bytes_as_escapes(who: Who) {
+    let shown = on_a_terminal(
+        who,
+        &["sandbox", "exec", "--", "/bin/sh", "-c", TERMINAL_ATTACK],
+    );
+    let text = String::from_utf8_lossy(&shown);
+    assert!(
+        !shown.contains(&0x1b),
+        "an escape sequence reached the terminal: {text:?}"
+    );
+    assert!(!shown.contains(&0x07), "{text:?}");
+    for visible in [
+        "\\x1b]0;pwned\\x07",
+        "\\x1b]52;c;ZWNobyBoaQ==\\x07",
+        "\\x1b[6n",
+        "safe\\x0dEVIL",
+        "\\x1b]0;err\\x07",
+    ] {
+        assert!(text.contains(visible), "{visible} not shown: {text:?}");
+    }
+    // Text stays readable (the terminal itself turns \n into \r\n).
+    assert!(text.contains("héllo\tworld\r\n"), "{text:?}");
+
+    // Positive control: with --raw the same bytes reach the terminal as written.
+    let raw = on_a_terminal(
+        who,
+        &[
+            "sandbox",
+            "exec",
+            "--raw",
+            "--",
+            "/bin/sh",
+            "-c",
+            TERMINAL_ATTACK,
+        ],
+    );
+    let needle = b"\x1b]52;c;ZWNobyBoaQ==\x07";
+    assert!(
+        raw.windows(needle.len()).any(|w| w == needle),
+        "{:?}",
+        String::from_utf8_lossy(&raw)
+    );
+    // Control: a pipe is not a terminal and gets the bytes as written, too.
+    let piped = airlock(who)
+        .args(["sandbox", "exec", "--", "/bin/sh", "-c", TERMINAL_ATTACK])
+        .output()
+        .unwrap();
+    assert!(piped.stdout.windows(needle.len()).any(|w| w == needle));
+}
+both_users!(sbx_7_plain_output_on_a_terminal_shows_control_bytes_as_escapes);

@@ -172,7 +172,12 @@ impl Exec {
 
 /// `airlock sandbox exec --json OPTS -- CMD…` as `who`.
 pub fn exec(who: Who, opts: &[&str], cmd: &[&str]) -> Exec {
-    let out: Output = airlock(who)
+    exec_from(airlock(who), opts, cmd)
+}
+
+/// Like [`exec`], from a prepared [`airlock`] command (more environment, say).
+pub fn exec_from(mut base: Command, opts: &[&str], cmd: &[&str]) -> Exec {
+    let out: Output = base
         .args(["sandbox", "exec", "--json"])
         .args(opts)
         .arg("--")
@@ -225,8 +230,7 @@ macro_rules! both_users {
             }
             #[test]
             fn as_unprivileged_user() {
-                if $crate::suite::support::test_user().is_none() {
-                    eprintln!("not root: the invoker is already unprivileged");
+                if !$crate::suite::support::require_test_user() {
                     return;
                 }
                 super::$name(Who::Unprivileged);
@@ -235,19 +239,41 @@ macro_rules! both_users {
     };
 }
 
-/// `true` when the tests run as root. A test that needs root calls this
-/// first: without root it fails, naming what it needs, unless
-/// `AIRLOCK_TEST_SKIP_ROOT` is set (then it returns `false` and the test
-/// returns, saying so on stderr).
-pub fn require_root(needs: &str) -> bool {
+/// Set to skip, rather than fail, the cases that need root (a private network or mount
+/// namespace, a chown, the unprivileged user) when the suite does not run as root.
+pub const SKIP_ROOT: &str = "AIRLOCK_TEST_SKIP_ROOT";
+/// Set to skip, rather than fail, the unprivileged half of `both_users!` scenarios when the
+/// test user cannot be created.
+pub const SKIP_UNPRIVILEGED: &str = "AIRLOCK_TEST_SKIP_UNPRIVILEGED";
+
+/// Whether a case that needs root may run: true as root; without root, a failure naming
+/// `why`, unless [`SKIP_ROOT`] is set (then false, and the case is skipped out loud).
+pub fn require_root(why: &str) -> bool {
     if is_root() {
         return true;
     }
     assert!(
-        std::env::var_os("AIRLOCK_TEST_SKIP_ROOT").is_some(),
-        "this test needs root ({needs}); run the suite as root (scripts/test as CI does), \
-         or set AIRLOCK_TEST_SKIP_ROOT=1 to skip it"
+        std::env::var_os(SKIP_ROOT).is_some(),
+        "this case needs root ({why}); run the suite as root, or set {SKIP_ROOT}=1 to skip it"
     );
-    eprintln!("skipped (AIRLOCK_TEST_SKIP_ROOT): needs root ({needs})");
+    eprintln!("skipped ({SKIP_ROOT}): needs root ({why})");
+    false
+}
+
+/// Whether the unprivileged half of a `both_users!` scenario may run: the test user exists
+/// (created as root); otherwise a failure, unless the matching skip variable is set.
+pub fn require_test_user() -> bool {
+    if test_user().is_some() {
+        return true;
+    }
+    if !require_root("creating the unprivileged user airlock-test") {
+        return false;
+    }
+    assert!(
+        std::env::var_os(SKIP_UNPRIVILEGED).is_some(),
+        "the unprivileged user {TEST_USER} could not be created (see `useradd --system \
+         --no-create-home {TEST_USER}`); fix that, or set {SKIP_UNPRIVILEGED}=1 to skip"
+    );
+    eprintln!("skipped ({SKIP_UNPRIVILEGED}): no user {TEST_USER}");
     false
 }

@@ -99,6 +99,14 @@ pub fn start() -> Upstream {
                                 "Location: http://elsewhere.example.org/\r\n".into(),
                                 "moved".into(),
                             ),
+                            // An error that quotes the key, as some providers do, in the
+                            // forms a JSON body, a base64 field and a URL carry it.
+                            "/v1/echo" => (
+                                "401 Unauthorized",
+                                "application/json",
+                                String::new(),
+                                echo_body(&auth),
+                            ),
                             "/events" => (
                                 "200 OK",
                                 "text/event-stream",
@@ -123,4 +131,77 @@ pub fn start() -> Upstream {
         }
     });
     Upstream { port, seen }
+}
+
+/// A tiny DNS server on the host's loopback (UDP): answers every query with 192.0.2.53 and
+/// records every datagram it receives, in order.
+pub struct Dns {
+    pub port: u16,
+    pub datagrams: Arc<Mutex<Vec<Vec<u8>>>>,
+}
+
+/// The address the scripted DNS server answers.
+pub const DNS_ANSWER: &str = "192.0.2.53";
+
+impl Dns {
+    pub fn received(&self) -> Vec<Vec<u8>> {
+        self.datagrams.lock().unwrap().clone()
+    }
+
+    /// Waits (boundedly) until `n` datagrams have arrived: delivery on loopback is immediate,
+    /// but the server's thread records them on its own schedule.
+    pub fn wait_for(&self, n: usize) -> Vec<Vec<u8>> {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while self.received().len() < n && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        self.received()
+    }
+}
+
+pub fn dns() -> Dns {
+    let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let port = socket.local_addr().unwrap().port();
+    let datagrams = Arc::new(Mutex::new(Vec::new()));
+    let seen = datagrams.clone();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 512];
+        while let Ok((n, from)) = socket.recv_from(&mut buf) {
+            let q = buf[..n].to_vec();
+            seen.lock().unwrap().push(q.clone());
+            // A query: header (12 bytes, one question), then the question; answer with one A.
+            if n < 17 || q[4..6] != [0, 1] {
+                continue;
+            }
+            let mut a = Vec::with_capacity(n + 16);
+            a.extend_from_slice(&q[..2]);
+            a.extend_from_slice(&[0x81, 0x80, 0, 1, 0, 1, 0, 0, 0, 0]);
+            a.extend_from_slice(&q[12..]);
+            a.extend_from_slice(&[0xc0, 0x0c, 0, 1, 0, 1, 0, 0, 0, 60, 0, 4]);
+            a.extend(DNS_ANSWER.split('.').map(|o| o.parse::<u8>().unwrap()));
+            let _ = socket.send_to(&a, from);
+        }
+    });
+    Dns { port, datagrams }
+}
+
+/// A JSON error body quoting `auth` JSON-escaped, base64-encoded and percent-encoded.
+pub fn echo_body(auth: &str) -> String {
+    use base64::Engine;
+    let pct: String = auth
+        .bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+                char::from(b).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect();
+    serde_json::json!({"error": {
+        "message": format!("Incorrect API key provided: {auth}"),
+        "key_b64": base64::engine::general_purpose::STANDARD.encode(auth),
+        "retry_url": format!("https://example.org/retry?key={pct}"),
+    }})
+    .to_string()
 }
