@@ -11,51 +11,6 @@ use serde_json::json;
 
 use crate::service::Service;
 
-/// The fixed taxonomy of run error codes (RUN-4).
-pub const ERROR_CODES: &[(&str, &str)] = &[
-    ("worker_missing", "the run's worker is no longer loaded"),
-    (
-        "agent_unavailable",
-        "agent workers do not execute in this release",
-    ),
-    (
-        "containment_unavailable",
-        "required sandbox guarantees could not be established",
-    ),
-    ("sandbox_setup_failed", "the sandbox could not start"),
-    (
-        "executable_not_found",
-        "the worker's runtime or entry could not be found",
-    ),
-    (
-        "executable_changed",
-        "the executable changed between resolution and exec",
-    ),
-    (
-        "egress_policy_invalid",
-        "the worker's egress rules or the operator policy are invalid",
-    ),
-    ("staging_failed", "the run's input could not be staged"),
-    ("exit_nonzero", "the workload exited with a non-zero status"),
-    ("killed_by_signal", "the workload was killed by a signal"),
-    (
-        "memory_limit",
-        "the workload was killed at its memory limit",
-    ),
-    ("timeout", "the workload ran past its timeout"),
-    ("cancelled", "the run was cancelled"),
-    ("schema_violation", "outputs do not match the manifest"),
-    (
-        "output_*",
-        "an output file broke a rule of the bounded file layer (symlink, FIFO, hard link, size, count, depth, name)",
-    ),
-    (
-        "abandoned",
-        "the executor disappeared while the workload may have had effects",
-    ),
-    ("internal", "an internal error; see the run's events"),
-];
-
 /// Where the bundle, input and output appear inside the sandbox (RUN-3).
 pub const WORKER_DIR: &str = "/airlock/worker";
 pub const INPUT_FILE: &str = "/airlock/input.json";
@@ -68,7 +23,7 @@ struct Outcome {
 
 fn with_error(finish: &Finish, state: RunState, code: &str, msg: String) -> Outcome {
     let mut f = finish.clone();
-    f.error_code = Some(code.to_string());
+    f.error_code = Some(code_of(code));
     f.error_message = Some(msg);
     Outcome { state, finish: f }
 }
@@ -77,11 +32,16 @@ fn failed(state: RunState, code: &str, message: impl Into<String>) -> Outcome {
     Outcome {
         state,
         finish: Finish {
-            error_code: Some(code.to_string()),
+            error_code: Some(code_of(code)),
             error_message: Some(message.into()),
             ..Finish::default()
         },
     }
+}
+
+/// Transitional: the executor still names codes as strings.
+fn code_of(code: &str) -> airlock_store::RunErrorCode {
+    airlock_store::RunErrorCode::parse(code).unwrap_or(airlock_store::RunErrorCode::Internal)
 }
 
 impl Service {
@@ -232,7 +192,7 @@ impl Service {
                 &run_id,
                 token,
                 "finish",
-                &json!({"state": outcome.state.as_str(), "error_code": outcome.finish.error_code}),
+                &json!({"state": outcome.state.as_str(), "error_code": outcome.finish.error_code.map(|c| c.as_str())}),
             )
             .await;
         // A stale token means someone else owns the run now: write nothing.

@@ -19,6 +19,6 @@ mod scheduler;
 pub mod secrets;
 mod service;
 
-pub use executor::ERROR_CODES;
+pub use airlock_store::RunErrorCode;
 pub use scheduler::*;
 pub use service::*;
