@@ -1149,10 +1149,7 @@ impl Store {
             if state == RunState::Unknown {
                 query = query.bind(crate::RunErrorCode::Abandoned.as_str());
             }
-            let n = query
-                .execute(&mut *tx)
-                .await?
-                .rows_affected();
+            let n = query.execute(&mut *tx).await?.rows_affected();
             if n == 0 {
                 tx.rollback().await?;
                 continue;
