@@ -516,6 +516,34 @@ pub enum Trigger {
     },
 }
 
+/// What starts a run, without the trigger's settings (RUN-6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TriggerKind {
+    /// By hand: the CLI, the API, the UI, MCP, a stored plan.
+    Manual,
+    Schedule,
+    Webhook,
+}
+
+impl Trigger {
+    pub fn kind(&self) -> TriggerKind {
+        match self {
+            Trigger::Manual => TriggerKind::Manual,
+            Trigger::Schedule { .. } => TriggerKind::Schedule,
+            Trigger::Webhook { .. } => TriggerKind::Webhook,
+        }
+    }
+}
+
+impl Manifest {
+    /// Whether a run may come from `kind`: the trigger list is complete,
+    /// so a worker with only a webhook cannot be started by hand.
+    pub fn declares_trigger(&self, kind: TriggerKind) -> bool {
+        self.triggers.iter().any(|t| t.kind() == kind)
+    }
+}
+
 /// Signature format of a webhook trigger (API-9).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
