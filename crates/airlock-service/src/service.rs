@@ -127,8 +127,9 @@ pub struct Service {
     pub(crate) owner: String,
     pub(crate) cancels: Mutex<HashMap<String, Arc<AtomicBool>>>,
     pub(crate) secrets: crate::secrets::Secrets,
-    /// Redactors of runs in flight, applied to their terminal record.
-    pub(crate) redactors: Mutex<HashMap<String, Arc<airlock_vault::Redactor>>>,
+    /// How the executor starts sandboxes (the real broker and proxy, or a
+    /// recording fake in tests).
+    pub(crate) launcher: Arc<dyn airlock_launch::Launcher>,
 }
 
 impl std::fmt::Debug for Service {
@@ -146,6 +147,15 @@ pub(crate) fn sha256_file(p: &Path) -> Option<String> {
 
 impl Service {
     pub fn open(store: Store, cfg: Config) -> std::io::Result<Arc<Self>> {
+        Self::open_with_launcher(store, cfg, Arc::new(airlock_launch::SandboxLauncher::new()))
+    }
+
+    /// A service whose executor starts sandboxes through `launcher`.
+    pub fn open_with_launcher(
+        store: Store,
+        cfg: Config,
+        launcher: Arc<dyn airlock_launch::Launcher>,
+    ) -> std::io::Result<Arc<Self>> {
         std::fs::create_dir_all(cfg.data_dir.join("runs"))?;
         let secrets = crate::secrets::Secrets::open(&cfg.key_dir, store.clone())
             .map_err(std::io::Error::other)?;
@@ -160,7 +170,7 @@ impl Service {
             owner,
             cancels: Mutex::new(HashMap::new()),
             secrets,
-            redactors: Mutex::new(HashMap::new()),
+            launcher,
         });
         svc.reload();
         Ok(svc)
