@@ -60,6 +60,8 @@ pub(crate) fn failure_outcome(f: LaunchFailure) -> Outcome {
         LaunchFailure::Sandbox(e @ LaunchError::ContainmentUnavailable { .. }) => {
             let mut o = Outcome::fail(RunErrorCode::ContainmentUnavailable, e.to_string());
             if let LaunchError::ContainmentUnavailable { report, .. } = &e {
+                // Plain data: serialising it cannot fail. The code and
+                // message already say what was missing.
                 o.finish.containment = serde_json::to_value(report).ok();
             }
             o
@@ -164,6 +166,8 @@ impl Service {
                 loop {
                     tokio::time::sleep(Duration::from_millis(250)).await;
                     tick += 1;
+                    // A failed read is "not yet"; the next tick asks again,
+                    // and a lease that cannot be renewed stops the workload.
                     if svc.store.cancel_requested(&run_id).await.unwrap_or(false) {
                         cancel.store(true, Ordering::SeqCst);
                     }
