@@ -97,7 +97,8 @@ pub fn status_of(code: ErrorCode) -> StatusCode {
         | C::LastOwner
         | C::IdempotencyConflict
         | C::PlanRefused
-        | C::NoWebhookTrigger => StatusCode::CONFLICT,
+        | C::NoWebhookTrigger
+        | C::TriggerNotDeclared => StatusCode::CONFLICT,
         C::RateLimited | C::QuotaExceeded | C::TooManyStreams => StatusCode::TOO_MANY_REQUESTS,
         C::InvalidCode | C::InputInvalid | C::SecretInvalid | C::InvalidSecret | C::BadArchive => {
             StatusCode::UNPROCESSABLE_ENTITY

@@ -5,9 +5,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use airlock_sandbox::{
-    Broker, DriverChoice, EXIT_SANDBOX_FAILED, LaunchError, Limits, SandboxRequest, SandboxSpec,
-};
+use airlock_launch::{Controls, EgressPlan, Launch, LaunchFailure, Launcher, SandboxLauncher};
+use airlock_sandbox::{DriverChoice, EXIT_SANDBOX_FAILED, LaunchError, Limits, SandboxRequest};
 use clap::{Args, Subcommand, ValueEnum};
 use serde_json::json;
 
@@ -213,6 +212,7 @@ fn exec(a: ExecArgs) -> ExitCode {
             DriverArg::Uncontained => DriverChoice::Uncontained,
         },
         require_containment: a.require_containment,
+        // Set by the launcher from the egress plan.
         egress: false,
         timings: a.timings,
     };
@@ -220,53 +220,26 @@ fn exec(a: ExecArgs) -> ExitCode {
         Ok(e) => e,
         Err(msg) => return fail(a.json, "invalid_argument", &msg),
     };
-    let req = SandboxRequest {
-        egress: egress.is_some(),
-        ..req
+    let launch = Launch {
+        sandbox: req,
+        platform_env: Vec::new(),
+        egress,
+        label: format!("sbx-{}", std::process::id()),
+        run: None,
     };
-    let mut spec = match SandboxSpec::parse(req) {
-        Ok(s) => s,
-        Err(e) => return fail(a.json, "invalid_argument", &e.to_string()),
-    };
-    for ch in &a.channel {
-        let var = format!("AIRLOCK_CHANNEL_{}_URL", ch.to_ascii_uppercase());
-        let url = format!(
-            "http://{}{}{ch}",
-            airlock_egress::proxy::SANDBOX_PROXY_ADDR,
-            airlock_egress::proxy::CHANNEL_PREFIX
-        );
-        spec = spec.with_platform_env(&var, &url);
+    // A refused request prints its error only, not the driver warning.
+    if let Err(e) = launch.check() {
+        return fail(a.json, "invalid_argument", &e.to_string());
     }
-    if spec.driver() == DriverChoice::Uncontained {
+    if matches!(a.driver, DriverArg::Uncontained) {
         eprintln!(
             "airlock: warning: driver 'uncontained' runs the command WITHOUT any sandbox (development only)"
         );
     }
-    let mut served: Option<airlock_egress::SandboxEgress> = None;
-    let mut hook = |listener: std::net::TcpListener| {
-        if let Some(e) = &egress {
-            let id = format!("sbx-{}", std::process::id());
-            served = e
-                .serve_sandbox(
-                    listener,
-                    &id,
-                    None,
-                    airlock_egress::proxy::SANDBOX_PROXY_ADDR,
-                )
-                .ok();
-        }
-    };
-    let outcome = Broker::new().run_with(
-        &spec,
-        airlock_sandbox::Hooks {
-            on_listener: Some(&mut hook),
-            ..Default::default()
-        },
-    );
-    let egress_summary = served.map(|s| s.shutdown()).unwrap_or_default();
-    let result = match outcome {
-        Ok(r) => r,
-        Err(e) => {
+    let outcome = SandboxLauncher::new().launch(launch, Controls::default());
+    let launched = match outcome {
+        Ok(l) => l,
+        Err(LaunchFailure::Sandbox(e)) => {
             if a.json
                 && let LaunchError::ContainmentUnavailable { missing, report } = &e
             {
@@ -281,7 +254,18 @@ fn exec(a: ExecArgs) -> ExitCode {
             }
             return fail(a.json, e.reason(), &e.to_string());
         }
+        Err(e @ (LaunchFailure::Request(_) | LaunchFailure::ChannelNotConfigured(_))) => {
+            return fail(a.json, "invalid_argument", &e.to_string());
+        }
+        Err(e @ LaunchFailure::EgressUnavailable(_)) => {
+            return fail(a.json, e.code(), &e.to_string());
+        }
     };
+    for n in &launched.notices {
+        eprintln!("airlock: warning: {}: {n}", n.code());
+    }
+    let egress_summary = launched.egress.unwrap_or_default();
+    let result = launched.result;
     let code = result.status_code();
     if a.json {
         let obj = json!({
@@ -330,9 +314,9 @@ fn exec(a: ExecArgs) -> ExitCode {
     ExitCode::from(u8::try_from(code.clamp(0, 255)).unwrap_or(EXIT_SANDBOX_FAILED as u8))
 }
 
-/// Builds the proxy for `--allow`, `--channel` and `--egress-policy`; `None`
-/// when the sandbox gets no network at all.
-fn egress_setup(a: &ExecArgs) -> Result<Option<airlock_egress::Egress>, String> {
+/// The egress plan for `--allow`, `--channel` and `--egress-policy`;
+/// `None` when the sandbox gets no network at all.
+fn egress_setup(a: &ExecArgs) -> Result<Option<EgressPlan>, String> {
     use airlock_egress::policy::EnvAndFiles;
     use airlock_egress::proxy::{LogSink, NullLog, WriterLog};
     use std::sync::Arc;
@@ -356,8 +340,6 @@ fn egress_setup(a: &ExecArgs) -> Result<Option<airlock_egress::Egress>, String> 
                     ));
                 }
             }
-            // Only the channels this sandbox asked for are reachable from it.
-            p.channels.retain(|name, _| a.channel.contains(name));
             Ok(p)
         }
         Err(e) => {
@@ -373,7 +355,11 @@ fn egress_setup(a: &ExecArgs) -> Result<Option<airlock_egress::Egress>, String> 
         }
         None => Arc::new(NullLog),
     };
-    airlock_egress::Egress::new(policy, crate::proxy_cmd::resolver(), log)
-        .map(Some)
-        .map_err(|e| format!("cannot start the egress proxy: {e}"))
+    // The launcher keeps only these channels reachable from the sandbox.
+    Ok(Some(EgressPlan {
+        policy,
+        channels: a.channel.clone(),
+        log,
+        resolver: None,
+    }))
 }

@@ -75,6 +75,7 @@ error_codes! {
     InvalidIdempotencyKey = "invalid_idempotency_key": "the idempotency key must be 1 to 255 printable ASCII characters",
     PlanRefused = "plan_refused": "the plan token is unknown, used, expired, or the worker changed since planning",
     NoWebhookTrigger = "no_webhook_trigger": "the worker declares no webhook trigger",
+    TriggerNotDeclared = "trigger_not_declared": "the worker does not declare a trigger for runs from this source (e.g. no manual trigger)",
     // Secrets.
     SecretInvalid = "secret_invalid": "the secret's name or value breaks its rule",
     SecretForbidden = "secret_forbidden": "a platform secret name: it can never be stored, declared or delivered",

@@ -35,13 +35,13 @@ mod workers;
 
 pub use airlock_protocol::{Error, ErrorCode};
 pub use airlock_store::DEFAULT_WORKSPACE;
+pub use airlock_store::RunErrorCode;
 pub use audit::{AuditLog, SYSTEM_AUDIT, verify_lines};
 pub use auth::Authenticated;
 pub use caller::{Actor, Caller, ClientInfo, Credential, OPERATOR, Principal, Via};
 pub use config::{Config, IdentityConfig, Quotas};
 pub use error::Result;
 pub use events::{EventFollower, Followed, MAX_LOG_BYTES};
-pub use executor::ERROR_CODES;
 pub use identity::*;
 pub use runs::{RunOptions, RunStarted};
 pub use scheduler::*;

@@ -82,10 +82,14 @@ fn page_size(limit: Option<i64>, default: i64) -> Result<i64> {
 }
 
 impl Service {
+    /// The worker as `workspace` sees it, which must declare a trigger for
+    /// runs from `trigger` (RUN-6: a webhook-only worker cannot be started
+    /// by hand), and the input checked against its declared inputs.
     fn checked_input(
         &self,
         workspace: &str,
         worker_id: &str,
+        trigger: &str,
         input: &serde_json::Value,
     ) -> Result<(Bundle, serde_json::Value)> {
         let bundle = self.worker_in(workspace, worker_id).ok_or_else(|| {
@@ -94,6 +98,14 @@ impl Service {
                 format!("unknown worker {worker_id:?}"),
             )
         })?;
+        if !crate::executor::trigger_needed(trigger)
+            .is_some_and(|k| bundle.manifest.declares_trigger(k))
+        {
+            return Err(Error::new(
+                ErrorCode::TriggerNotDeclared,
+                format!("worker {worker_id:?} declares no trigger for runs from {trigger:?}"),
+            ));
+        }
         let input = if input.is_null() {
             serde_json::json!({})
         } else {
@@ -109,7 +121,8 @@ impl Service {
     /// Creates a queued run with no quota: the scheduler's and the
     /// webhook endpoint's path (they take their own quotas).
     pub(crate) async fn start_run(&self, req: StartRun) -> Result<RunStarted> {
-        let (_, input) = self.checked_input(&req.workspace, &req.worker_id, &req.input)?;
+        let (_, input) =
+            self.checked_input(&req.workspace, &req.worker_id, &req.trigger, &req.input)?;
         let request_hash =
             airlock_store::sha256_hex(format!("{}\n{}", req.worker_id, input).as_bytes());
         if let Some(k) = &req.idempotency_key {
@@ -337,7 +350,7 @@ impl Service {
                 "ttl_s must be between 1 and {PLAN_TTL_MAX_S}"
             )));
         }
-        let (bundle, input) = self.checked_input(&c.workspace, &req.worker, &req.input)?;
+        let (bundle, input) = self.checked_input(&c.workspace, &req.worker, "plan", &req.input)?;
         let body = Self::plan_body(&bundle, &input);
         let (token, stored) = self
             .store
@@ -370,7 +383,8 @@ impl Service {
     async fn run_plan_inner(&self, c: &Caller, token: &str) -> Result<Run> {
         let stored = self.store.consume_plan(&c.workspace, token).await.svc()?;
         let input = stored.plan.get("input").cloned().unwrap_or_default();
-        let (bundle, input) = self.checked_input(&c.workspace, &stored.worker_id, &input)?;
+        let (bundle, input) =
+            self.checked_input(&c.workspace, &stored.worker_id, "plan", &input)?;
         let now = Self::plan_body(&bundle, &input);
         if now != stored.plan {
             let changed: Vec<&str> = ["input_hash", "entry_sha256", "runtime", "limits", "egress"]

@@ -38,13 +38,14 @@ pub struct Service {
     pub(crate) owner: String,
     pub(crate) cancels: Mutex<HashMap<String, Arc<AtomicBool>>>,
     pub(crate) secrets: crate::secrets::Secrets,
-    /// Redactors of runs in flight, applied to their terminal record.
-    pub(crate) redactors: Mutex<HashMap<String, Arc<airlock_vault::Redactor>>>,
     pub(crate) throttles: Throttles,
     /// The last prune of the webhook replay store by this process.
     pub(crate) last_delivery_prune: AtomicI64,
     /// The upload link-signing key, read once from the key directory.
     pub(crate) download_key: tokio::sync::OnceCell<[u8; 32]>,
+    /// How the executor starts sandboxes (the real broker and proxy, or a
+    /// recording fake in tests).
+    pub(crate) launcher: Arc<dyn airlock_launch::Launcher>,
 }
 
 impl std::fmt::Debug for Service {
@@ -90,6 +91,16 @@ impl Service {
     /// The service over an open store. The caller wires; nobody else
     /// keeps using the store through the service.
     pub fn open(store: Store, cfg: Config) -> Result<Arc<Self>> {
+        Self::open_with_launcher(store, cfg, Arc::new(airlock_launch::SandboxLauncher::new()))
+    }
+
+    /// A service whose executor starts sandboxes through `launcher` (the
+    /// real broker and proxy, or a recording fake in tests).
+    pub fn open_with_launcher(
+        store: Store,
+        cfg: Config,
+        launcher: Arc<dyn airlock_launch::Launcher>,
+    ) -> Result<Arc<Self>> {
         let dir_error =
             |e: std::io::Error| airlock_protocol::Error::internal(format!("data directory: {e}"));
         private_dir(&cfg.data_dir).map_err(dir_error)?;
@@ -112,10 +123,10 @@ impl Service {
             owner,
             cancels: Mutex::new(HashMap::new()),
             secrets,
-            redactors: Mutex::new(HashMap::new()),
             throttles,
             last_delivery_prune: AtomicI64::new(i64::MIN),
             download_key: tokio::sync::OnceCell::new(),
+            launcher,
         });
         svc.load_workers();
         Ok(svc)

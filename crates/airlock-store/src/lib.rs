@@ -17,6 +17,7 @@
 mod identity;
 mod ids;
 mod quotas;
+mod run_error;
 mod schedules;
 mod sqlite_files;
 mod store;
@@ -25,6 +26,7 @@ mod webhooks;
 
 pub use identity::*;
 pub use ids::{hex, random_id, sha256_hex};
+pub use run_error::{RunErrorCode, markdown_table as run_error_table};
 pub use schedules::*;
 pub use store::*;
 pub use uploads::*;

@@ -122,7 +122,7 @@ pub struct Claim {
 pub struct Finish {
     pub exit_code: Option<i64>,
     pub signal: Option<i64>,
-    pub error_code: Option<String>,
+    pub error_code: Option<crate::RunErrorCode>,
     pub error_message: Option<String>,
     pub containment: Option<serde_json::Value>,
     pub egress: Option<serde_json::Value>,
@@ -933,7 +933,7 @@ impl Store {
         .bind(now_ms())
         .bind(f.exit_code)
         .bind(f.signal)
-        .bind(&f.error_code)
+        .bind(f.error_code.map(crate::RunErrorCode::as_str))
         .bind(&f.error_message)
         .bind(js(&f.containment))
         .bind(js(&f.egress))
@@ -952,7 +952,7 @@ impl Store {
             AuditRecord::system("run.finished", Some(run_id))
                 .with_result(state.as_str())
                 .with_metadata(
-                    serde_json::json!({"error_code": f.error_code, "exit_code": f.exit_code}),
+                    serde_json::json!({"error_code": f.error_code.map(crate::RunErrorCode::as_str), "exit_code": f.exit_code}),
                 ),
         )
         .await?;
@@ -967,12 +967,13 @@ impl Store {
     pub async fn cancel_run(&self, workspace: &str, run_id: &str, actor: &str) -> Result<RunState> {
         let mut tx = self.pool.begin().await?;
         let queued = sqlx::query(
-            "UPDATE runs SET state = 'cancelled', cancel_requested = 1, finished_at = $1, error_code = 'cancelled' \
+            "UPDATE runs SET state = 'cancelled', cancel_requested = 1, finished_at = $1, error_code = $4 \
              WHERE workspace_id = $2 AND id = $3 AND state = 'queued'",
         )
         .bind(now_ms())
         .bind(workspace)
         .bind(run_id)
+        .bind(crate::RunErrorCode::Cancelled.as_str())
         .execute(&mut *tx)
         .await?
         .rows_affected();
@@ -1046,16 +1047,15 @@ impl Store {
             } else {
                 (
                     RunState::Unknown,
-                    "UPDATE runs SET state = 'unknown', finished_at = $2, error_code = 'abandoned', lease_owner = NULL WHERE id = $1 AND state = 'running' AND lease_expires_at < $2",
+                    "UPDATE runs SET state = 'unknown', finished_at = $2, error_code = $3, lease_owner = NULL WHERE id = $1 AND state = 'running' AND lease_expires_at < $2",
                 )
             };
             let mut tx = self.pool.begin().await?;
-            let n = sqlx::query(sql)
-                .bind(&id)
-                .bind(now)
-                .execute(&mut *tx)
-                .await?
-                .rows_affected();
+            let mut query = sqlx::query(sql).bind(&id).bind(now);
+            if state == RunState::Unknown {
+                query = query.bind(crate::RunErrorCode::Abandoned.as_str());
+            }
+            let n = query.execute(&mut *tx).await?.rows_affected();
             if n == 0 {
                 tx.rollback().await?;
                 continue;

@@ -339,8 +339,9 @@ pub struct Limits {
     /// Total bytes the run may leave in `/airlock/output/` (declared files
     /// and `result.json`).
     pub output_bytes: u64,
-    /// Size of the writable work area (work directory, `/tmp`,
-    /// `/airlock/output/`), in MiB.
+    /// Size of the sandbox's private `/tmp` (a tmpfs), in MiB. The output
+    /// folder is on the host: `output_bytes` bounds each file written
+    /// there and what is collected from it.
     pub disk_mb: u64,
     /// Most runs of this worker executing at once on one node (RUN-7);
     /// further runs wait in the queue.
@@ -516,6 +517,34 @@ pub enum Trigger {
     },
 }
 
+/// What starts a run, without the trigger's settings (RUN-6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TriggerKind {
+    /// By hand: the CLI, the API, the UI, MCP, a stored plan.
+    Manual,
+    Schedule,
+    Webhook,
+}
+
+impl Trigger {
+    pub fn kind(&self) -> TriggerKind {
+        match self {
+            Trigger::Manual => TriggerKind::Manual,
+            Trigger::Schedule { .. } => TriggerKind::Schedule,
+            Trigger::Webhook { .. } => TriggerKind::Webhook,
+        }
+    }
+}
+
+impl Manifest {
+    /// Whether a run may come from `kind`: the trigger list is complete,
+    /// so a worker with only a webhook cannot be started by hand.
+    pub fn declares_trigger(&self, kind: TriggerKind) -> bool {
+        self.triggers.iter().any(|t| t.kind() == kind)
+    }
+}
+
 /// Signature format of a webhook trigger (API-9).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -538,6 +567,32 @@ pub struct Approvals {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
 }
+
+/// A field that parses but that nothing enforces yet.
+#[derive(Debug, Clone, Copy)]
+pub struct Unenforced {
+    /// The field path, as in a problem.
+    pub field: &'static str,
+    /// Whether `manifest` sets it to something that would need enforcing.
+    pub set: fn(&Manifest) -> bool,
+    /// Why it is refused, and what to do meanwhile.
+    pub why: &'static str,
+}
+
+/// Fail closed on what is not enforced: a manifest that sets one of these
+/// is refused at load, naming the field, rather than loaded and run as if
+/// the field were honoured. Security policy as data, mirrored in
+/// docs/workers.md. When the enforcement lands, its entry goes.
+///
+/// Why agent fields are not here: an agent worker loads (so bundles can be
+/// written and validated today) but none of its runs starts — each ends
+/// `blocked` with `agent_unavailable` — so nothing relies on its
+/// `[agent]` settings yet.
+pub const UNENFORCED: &[Unenforced] = &[Unenforced {
+    field: "approvals.required",
+    set: |m| m.approvals.required,
+    why: "run approvals are not available yet, so this worker would run without one; remove [approvals] until they are",
+}];
 
 // ---------------------------------------------------------------------------
 // The raw file shape.
@@ -684,6 +739,11 @@ impl Manifest {
         })?;
         let mut cx = Cx::default();
         let manifest = parse(&mut cx, raw);
+        if let Some(m) = &manifest {
+            for u in UNENFORCED.iter().filter(|u| (u.set)(m)) {
+                cx.bad(u.field, u.why);
+            }
+        }
         match manifest {
             Some(m) if cx.problems.is_empty() => Ok(m),
             _ => {

@@ -236,6 +236,37 @@ impl Manifest {
     }
 }
 
+impl Manifest {
+    /// Checks each declared file output that is present against its
+    /// `max_bytes`. `files` are the `(path relative to /airlock/output/,
+    /// size in bytes)` of the regular files the run left there.
+    pub fn check_output_sizes(&self, files: &[(String, u64)]) -> Result<(), OutputError> {
+        for (name, spec) in &self.outputs {
+            let (
+                Some(path),
+                FieldType::File {
+                    max_bytes: Some(max),
+                },
+            ) = (&spec.path, &spec.ty)
+            else {
+                continue;
+            };
+            if let Some((_, size)) = files.iter().find(|(f, _)| f == path.as_str())
+                && size > max
+            {
+                return Err(OutputError::Invalid {
+                    name: name.to_string(),
+                    message: format!(
+                        "file {:?} is {size} bytes, more than its max_bytes {max}",
+                        path.as_str()
+                    ),
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
 /// A schedule's fixed input: checked like a run input, except that a
 /// missing required input is allowed (that fire is skipped and logged,
 /// RUN-6).

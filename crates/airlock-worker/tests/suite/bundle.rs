@@ -394,3 +394,38 @@ fn run_2_missing_workers_dir_is_one_error() {
     assert_eq!(errors.len(), 1);
     assert_eq!(errors[0].1.code(), "bundle_unreadable");
 }
+
+#[test]
+fn run_2_a_bundle_that_asks_for_approvals_is_skipped_naming_the_field() {
+    // Fail closed: approvals are not enforced yet, so a worker that needs
+    // one must not load and run without it.
+    let tmp = tempfile::tempdir().unwrap();
+    let asks = format!(
+        "{}\n[approvals]\nrequired = true\nreason = \"sends mail\"\n",
+        script_manifest("asks", "main.py")
+    );
+    bundle(tmp.path(), "asks", &asks, Some(("main.py", "print(1)\n")));
+    let plain = format!(
+        "{}\n[approvals]\nrequired = false\n",
+        script_manifest("plain", "main.py")
+    );
+    bundle(tmp.path(), "plain", &plain, Some(("main.py", "print(1)\n")));
+    assert_problem(
+        &refused(&tmp.path().join("asks")),
+        "approvals.required",
+        "run approvals are not available yet",
+        "bundle",
+    );
+    let (bundles, errors) = load_workers_dir(tmp.path());
+    // Positive control: the same bundle without the request loads.
+    assert_eq!(
+        bundles.iter().map(|b| b.id.as_str()).collect::<Vec<_>>(),
+        ["plain"]
+    );
+    assert_eq!(errors.len(), 1);
+    assert!(
+        errors[0].1.to_string().contains("approvals.required"),
+        "{:?}",
+        errors[0]
+    );
+}

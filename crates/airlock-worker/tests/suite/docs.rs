@@ -5,6 +5,7 @@ use std::path::Path;
 
 use airlock_worker::{
     BUDGET_TABLE, LIMIT_TABLE, Manifest, PLATFORM_SECRET_NAMES, PLATFORM_SECRET_PREFIX, Tool,
+    UNENFORCED,
 };
 
 fn doc() -> String {
@@ -72,6 +73,25 @@ fn run_1_docs_list_the_limits_budgets_tools_and_platform_secrets() {
         assert!(
             doc.contains(&format!("`{name}`")),
             "platform secret {name} is not documented"
+        );
+    }
+}
+
+#[test]
+fn run_1_docs_list_every_field_refused_because_it_is_not_enforced() {
+    let doc = doc();
+    let section = doc
+        .split("## Fields that are refused until they are enforced")
+        .nth(1)
+        .expect("docs/workers.md has the section")
+        .split("\n## ")
+        .next()
+        .unwrap();
+    for u in UNENFORCED {
+        assert!(
+            section.contains(&format!("| `{}` | {} |", u.field, u.why)),
+            "docs/workers.md does not list {} with its reason",
+            u.field
         );
     }
 }

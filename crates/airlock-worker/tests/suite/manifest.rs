@@ -171,6 +171,9 @@ fn refusal_table() -> Vec<(&'static str, String, &'static str, &'static str)> {
         ("approval reason without required", script("[approvals]\nreason = \"spends money\"\n"), "approvals.reason", "only allowed when approvals.required = true"),
         ("approvals unknown field", script("[approvals]\nrequired = true\napprovers = [\"bob\"]\n"), "approvals.approvers", "unknown field"),
         ("approvals wrong type", script("[approvals]\nrequired = \"yes\"\n"), "approvals.required", "expected a boolean"),
+        // Fail closed: asking for what is not enforced yet is refused.
+        ("approvals required", script("[approvals]\nrequired = true\n"), "approvals.required", "run approvals are not available yet"),
+        ("approvals required with reason", script("[approvals]\nrequired = true\nreason = \"spends money\"\n"), "approvals.required", "would run without one"),
     ]
 }
 
@@ -354,8 +357,7 @@ kind = "webhook"
 format = "github"
 
 [approvals]
-required = true
-reason = "Sends mail to the whole company"
+required = false
 "#;
     let m = parse_ok(text);
     assert_eq!(
@@ -416,7 +418,7 @@ reason = "Sends mail to the whole company"
                 { "kind": "schedule", "cron": "*/30 * * * *", "timezone": "UTC", "input": {} },
                 { "kind": "webhook", "format": "github" }
             ],
-            "approvals": { "required": true, "reason": "Sends mail to the whole company" },
+            "approvals": { "required": false },
             "idempotent": true
         })
     );
@@ -471,9 +473,21 @@ fn run_1_positive_controls_for_each_refusal_family() {
         script(
             "[inputs.n]\ntype = \"number\"\n[[triggers]]\nkind = \"schedule\"\ncron = \"0 9 * * *\"\ntimezone = \"UTC\"\n",
         ),
-        script("[approvals]\nrequired = true\n"),
+        script("[approvals]\nrequired = false\n"),
         agent("[agent.budgets]\nsteps = 10000\ncost_usd = 1000.0\n"),
     ] {
         parse_ok(&text);
     }
+}
+
+#[test]
+fn run_6_the_trigger_list_says_which_sources_may_start_a_run() {
+    use airlock_worker::TriggerKind;
+    let none_listed = parse_ok(&script(""));
+    assert!(none_listed.declares_trigger(TriggerKind::Manual));
+    assert!(!none_listed.declares_trigger(TriggerKind::Webhook));
+    let hook_only = parse_ok(&script("[[triggers]]\nkind = \"webhook\"\n"));
+    assert!(hook_only.declares_trigger(TriggerKind::Webhook));
+    assert!(!hook_only.declares_trigger(TriggerKind::Manual));
+    assert!(!hook_only.declares_trigger(TriggerKind::Schedule));
 }

@@ -162,3 +162,30 @@ fn run_3_missing_required_output_is_a_schema_violation_naming_it() {
     assert_eq!(err.code(), "schema_violation");
     assert!(err.to_string().contains("greeting"));
 }
+
+#[test]
+fn run_3_a_file_output_larger_than_its_max_bytes_is_a_schema_violation() {
+    let m = parse_ok(&script(
+        "[outputs.report]\ntype = \"file\"\npath = \"report.txt\"\nmax_bytes = 10\n\n[outputs.blob]\ntype = \"file\"\npath = \"blob.bin\"\nrequired = false\n",
+    ));
+    let sized = |list: &[(&str, u64)]| -> Vec<(String, u64)> {
+        list.iter().map(|(n, s)| ((*n).to_string(), *s)).collect()
+    };
+    let err = m
+        .check_output_sizes(&sized(&[("report.txt", 11)]))
+        .unwrap_err();
+    assert_eq!(err.code(), "schema_violation");
+    assert!(
+        err.to_string()
+            .starts_with("outputs.report: file \"report.txt\" is 11 bytes"),
+        "{err}"
+    );
+    // Positive controls: at the limit, an output without max_bytes, and
+    // undeclared files are the collect budget's business.
+    m.check_output_sizes(&sized(&[
+        ("report.txt", 10),
+        ("blob.bin", 1 << 30),
+        ("other", 1 << 30),
+    ]))
+    .unwrap();
+}

@@ -1,0 +1,257 @@
+//! The executor: claims queued runs and drives each one through named
+//! stages to its terminal state.
+//!
+//! ```text
+//! authorise → stage → launch → collect → finish
+//! ```
+//!
+//! - [`authorise`]: may this run start at all (its actor, worker, trigger,
+//!   kind, the operator policy, the secrets it declares)? Nothing is
+//!   written yet.
+//! - [`stage`]: the run's folder and input, its egress plan (channel
+//!   credentials read on the trusted side), its declared secrets read from
+//!   the vault (audited), and the [`Launch`](airlock_launch::Launch)
+//!   request built from all of it.
+//! - [`launch`]: from here a crash may have had effects (DUR-2); live logs,
+//!   cancel and lease renewal while the workload runs through the
+//!   [`Launcher`](airlock_launch::Launcher) seam.
+//! - [`collect`]: exit status, `result.json`, artifacts through the bounded
+//!   file layer (redacted), and the output schema.
+//! - [`finish`]: redaction of the terminal record, the run folder removed,
+//!   the terminal state written under the fencing token.
+//!
+//! Each stage returns the next stage's input or an [`Outcome`] that ends
+//! the run with one [`RunErrorCode`]; a failure on a security-relevant path
+//! (a policy that cannot be read, a proxy that cannot start, an artifact
+//! that cannot be redacted) ends the run, never a silent default.
+//!
+//! Must not: contain SQL, spawn processes other than through the launcher,
+//! or let a delivered secret reach anything stored unredacted.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+use airlock_store::{Claim, Finish, RunErrorCode, RunState, StoreError};
+
+use crate::service::Service;
+
+mod authorise;
+pub(crate) use authorise::trigger_needed;
+mod collect;
+mod finish;
+mod launch;
+mod stage;
+#[cfg(test)]
+mod tests;
+
+/// Where the bundle, input and output appear inside the sandbox (RUN-3).
+pub const WORKER_DIR: &str = "/airlock/worker";
+pub const INPUT_FILE: &str = "/airlock/input.json";
+pub const OUTPUT_DIR: &str = "/airlock/output";
+
+/// How a run ends: `succeeded`, or the state its error code implies.
+#[derive(Debug)]
+pub(crate) struct Outcome {
+    pub(crate) state: RunState,
+    pub(crate) finish: Finish,
+}
+
+impl Outcome {
+    /// Ends the run with `code` (its state follows from the code).
+    pub(crate) fn fail(code: RunErrorCode, message: impl Into<String>) -> Self {
+        Self::fail_with(Finish::default(), code, message)
+    }
+
+    /// Ends the run with `code`, keeping what is already known about it
+    /// (exit status, containment, egress, outputs).
+    pub(crate) fn fail_with(
+        mut finish: Finish,
+        code: RunErrorCode,
+        message: impl Into<String>,
+    ) -> Self {
+        finish.error_code = Some(code);
+        finish.error_message = Some(message.into());
+        Self {
+            state: code.state(),
+            finish,
+        }
+    }
+
+    pub(crate) fn succeeded(finish: Finish) -> Self {
+        Self {
+            state: RunState::Succeeded,
+            finish,
+        }
+    }
+}
+
+/// What one run carries from stage to stage.
+pub(crate) struct RunCx {
+    pub(crate) claim: Claim,
+    /// Set by a cancel request, the lease watcher or a stale lease.
+    pub(crate) cancel: Arc<AtomicBool>,
+    /// Set as soon as secrets are read, so that whatever ends the run
+    /// afterwards is redacted (KEY-6).
+    pub(crate) redactor: Option<Arc<airlock_vault::Redactor>>,
+    /// `data/runs/<id>`: staged input and the output folder.
+    pub(crate) dir: PathBuf,
+}
+
+impl Service {
+    /// Claims and runs queued work until `stop` flips, at most
+    /// `max_concurrent` at a time.
+    pub async fn run_executor(self: Arc<Self>, mut stop: tokio::sync::watch::Receiver<bool>) {
+        let slots = Arc::new(tokio::sync::Semaphore::new(self.cfg.max_concurrent.max(1)));
+        // PostgreSQL: LISTEN/NOTIFY wakes this executor when any node queues
+        // a run; the 500 ms poll below is the fallback.
+        let listener = match self.store.subscribe().await {
+            Ok(Some(mut l)) => {
+                let svc = self.clone();
+                Some(tokio::spawn(async move {
+                    while l.recv().await.is_ok() {
+                        svc.wake.notify_one();
+                    }
+                }))
+            }
+            _ => None,
+        };
+        loop {
+            if *stop.borrow() {
+                break;
+            }
+            let Ok(permit) = slots.clone().acquire_owned().await else {
+                break;
+            };
+            // RUN-7: skip workers already at their own cap. Without the
+            // counts the caps cannot be honoured: claim nothing this round.
+            let claim = match self.store.running_per_worker().await {
+                Ok(counts) => {
+                    let at_cap: Vec<String> = counts
+                        .into_iter()
+                        .filter(|(w, n)| {
+                            self.worker(w).is_some_and(|b| {
+                                u64::try_from(*n).unwrap_or(0) >= b.manifest.limits.concurrency
+                            })
+                        })
+                        .map(|(w, _)| w)
+                        .collect();
+                    self.store
+                        .claim_next(&self.owner, self.cfg.lease, &at_cap)
+                        .await
+                }
+                Err(e) => Err(e),
+            };
+            match claim {
+                Ok(Some(claim)) => {
+                    let svc = self.clone();
+                    tokio::spawn(async move {
+                        svc.execute(claim).await;
+                        drop(permit);
+                    });
+                }
+                Ok(None) | Err(_) => {
+                    drop(permit);
+                    tokio::select! {
+                        _ = self.wake.notified() => {}
+                        _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+                        _ = stop.changed() => {}
+                    }
+                }
+            }
+        }
+        if let Some(l) = listener {
+            l.abort();
+        }
+        // Drain: wait for running work to finish (SIGTERM drain, DUR-2). The
+        // semaphore is never closed, so this only returns once every
+        // permit is back.
+        let all = u32::try_from(self.cfg.max_concurrent.max(1)).unwrap_or(u32::MAX);
+        drop(slots.acquire_many(all).await);
+    }
+
+    /// DUR-2 reaper: requeues or marks `unknown` runs whose lease expired.
+    pub async fn run_reaper(self: Arc<Self>, mut stop: tokio::sync::watch::Receiver<bool>) {
+        loop {
+            // A failed pass changes nothing (each run is settled in its own
+            // transaction); the next pass retries.
+            let _ = self.reap_once().await;
+            tokio::select! {
+                _ = tokio::time::sleep(self.cfg.lease / 2) => {}
+                _ = stop.changed() => if *stop.borrow() { break },
+            }
+        }
+    }
+
+    pub async fn reap_once(&self) -> Result<Vec<(String, RunState)>, StoreError> {
+        let idempotent = |worker: &str| self.worker(worker).is_some_and(|b| b.manifest.idempotent);
+        let reaped = self.store.reap_expired(&idempotent).await?;
+        if reaped.iter().any(|(_, s)| *s == RunState::Queued) {
+            self.wake.notify_one();
+        }
+        Ok(reaped)
+    }
+
+    /// Startup recovery: runs leased by a previous incarnation of this node
+    /// are dead; settle them the same way the reaper would.
+    pub async fn recover_startup(&self) -> Result<Vec<(String, RunState)>, StoreError> {
+        // Owners are `node:pid`. Several processes may share a node id (two
+        // `airlock up` on one host): only a holder whose process is gone is
+        // known dead; live holders keep their leases until they expire.
+        for (run_id, owner) in self
+            .store
+            .lease_owners(&format!("{}:", self.cfg.node_id))
+            .await?
+        {
+            let pid = owner.rsplit(':').next().and_then(|p| p.parse::<u32>().ok());
+            let alive = pid.is_some_and(|p| {
+                p != std::process::id() && Path::new(&format!("/proc/{p}")).exists()
+            });
+            if !alive {
+                self.store.expire_lease(&run_id, &owner).await?;
+            }
+        }
+        self.reap_once().await
+    }
+
+    /// Runs one claimed run to its terminal state.
+    pub async fn execute(self: &Arc<Self>, claim: Claim) {
+        let run_id = claim.run.id.clone();
+        let cancel = Arc::new(AtomicBool::new(false));
+        if let Ok(mut c) = self.cancels.lock() {
+            c.insert(run_id.clone(), cancel.clone());
+        }
+        let started = std::time::Instant::now();
+        let mut cx = RunCx {
+            dir: self.run_dir(&run_id),
+            claim,
+            cancel,
+            redactor: None,
+        };
+        let outcome = match self.stages(&mut cx).await {
+            Ok(o) | Err(o) => o,
+        };
+        crate::metrics::run_finished(
+            outcome.state,
+            u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+        );
+        if let Ok(mut c) = self.cancels.lock() {
+            c.remove(&run_id);
+        }
+        self.finish(&cx, outcome).await;
+    }
+
+    /// authorise → stage → launch → collect; the first stage that ends the
+    /// run returns its outcome.
+    async fn stages(self: &Arc<Self>, cx: &mut RunCx) -> Result<Outcome, Outcome> {
+        let authorised = self.authorise(&cx.claim.run).await?;
+        let staged = self.stage(cx, authorised).await?;
+        let ran = self.launch(cx, staged).await?;
+        Ok(self.collect(cx, ran).await)
+    }
+
+    fn run_dir(&self, run_id: &str) -> PathBuf {
+        self.cfg.data_dir.join("runs").join(run_id)
+    }
+}
