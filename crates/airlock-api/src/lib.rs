@@ -324,3 +324,19 @@ async fn hsts_layer(
     }
     r
 }
+
+/// The README's table of error codes: code, HTTP status, meaning. Generated
+/// from [`ErrorCode::ALL`] and [`status_of`] so the documentation cannot
+/// drift from what the server sends (a test compares the two).
+pub fn error_code_table() -> String {
+    let mut out = String::from("| code | HTTP | meaning |\n|---|---|---|\n");
+    for c in ErrorCode::ALL {
+        out.push_str(&format!(
+            "| `{}` | {} | {} |\n",
+            c.as_str(),
+            status_of(*c).as_u16(),
+            c.description()
+        ));
+    }
+    out
+}

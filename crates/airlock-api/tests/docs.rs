@@ -1,0 +1,55 @@
+//! Documentation that mirrors code: the README's error-code table and the
+//! role and permission names the OpenAPI document states.
+
+use std::path::Path;
+
+fn readme() -> String {
+    std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md")).unwrap()
+}
+
+const START: &str = "<!-- error-codes:start -->\n";
+const END: &str = "<!-- error-codes:end -->";
+
+/// API-1: every code an answer can carry is in the README with its status
+/// and meaning, and nothing else is.
+#[test]
+fn api_1_readme_lists_every_error_code_with_its_status() {
+    let text = readme();
+    let start = text.find(START).expect("README has the error-code markers") + START.len();
+    let end = text[start..]
+        .find(END)
+        .expect("README closes the error-code table")
+        + start;
+    assert_eq!(
+        &text[start..end],
+        airlock_api::error_code_table(),
+        "regenerate the table between the markers from airlock_api::error_code_table()"
+    );
+    // Positive control: the table is not empty and names a known code.
+    assert!(text[start..end].contains("`quota_exceeded` | 429"));
+}
+
+/// The role and permission names the document states are the table the
+/// server enforces (IAM-7).
+#[test]
+fn iam_7_the_documented_names_are_the_role_table() {
+    let roles: Vec<&str> = airlock_iam::Role::ALL.iter().map(|r| r.as_str()).collect();
+    assert_eq!(roles, airlock_protocol::identity::ROLE_NAMES);
+    let perms: Vec<&str> = airlock_iam::Permission::ALL
+        .iter()
+        .map(|p| p.as_str())
+        .collect();
+    assert_eq!(perms, airlock_protocol::identity::PERMISSION_NAMES);
+    let doc = serde_json::to_value(airlock_api::openapi_document()).unwrap();
+    let schema = &doc["components"]["schemas"];
+    let listed = |name: &str| -> Vec<String> {
+        schema[name]["enum"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{name} is an enum: {}", schema[name]))
+            .iter()
+            .map(|v| v.as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(listed("RoleName"), roles);
+    assert_eq!(listed("PermissionName"), perms);
+}
