@@ -553,3 +553,144 @@ async fn api_2_workers_logs_roles_and_audit_routes() {
         airlock_audit::from_json_line(line).unwrap();
     }
 }
+
+/// API-3 (claim 107): a run's HTML and SVG artifacts are served so that no
+/// browser renders them on this origin: inert `text/plain`, as an
+/// attachment, with `nosniff` and a sandboxing CSP. Control: a PNG keeps
+/// its type. And were an active type ever recorded (a sniffer bug, a
+/// tampered row), the API still downgrades it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_3_html_and_svg_artifacts_are_never_rendered_on_this_origin() {
+    // The workload's files, written by a recording launcher (this test
+    // binary cannot be a sandbox init): what reaches the artifact store is
+    // exactly what a real workload would leave in /airlock/output.
+    let files: [(&str, &[u8]); 3] = [
+        (
+            "page.html",
+            b"<html><body><script>alert(document.cookie)</script></body></html>",
+        ),
+        (
+            "pic.svg",
+            b"<svg xmlns=\"http://www.w3.org/2000/svg\" onload=\"alert(1)\"/>",
+        ),
+        ("dot.png", b"\x89PNG\r\n\x1a\n0000"),
+    ];
+    let launcher = airlock_launch::RecordingLauncher::answering(move |launch, _| {
+        let out = &launch
+            .sandbox
+            .mounts
+            .iter()
+            .find(|m| m.writable)
+            .expect("the output mount")
+            .source;
+        for (name, bytes) in files {
+            std::fs::write(out.join(name), bytes).unwrap();
+        }
+        Ok(airlock_launch::Launched {
+            result: airlock_launch::fake_result(Some(0), None),
+            egress: None,
+            notices: Vec::new(),
+        })
+    });
+    let h = Harness::builder()
+        .worker("pages", &HELLO.replace("\"hello\"", "\"pages\""), ECHO)
+        .launcher(std::sync::Arc::new(launcher))
+        .build()
+        .await;
+    let key = h.owner_key().await;
+    let r = h
+        .call(&key, "POST", "/v1/workers/pages/runs", Some(json!({})))
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let id = r.body["run"]["id"].as_str().unwrap().to_string();
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let exec = tokio::spawn(h.svc.clone().run_executor(stop_rx));
+    let run = loop {
+        let run = h.store().get_run("ws_default", &id).await.unwrap().unwrap();
+        if run.state.is_terminal() {
+            break run;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let _ = stop_tx.send(true);
+    let _ = exec.await;
+    assert_eq!(run.state.as_str(), "succeeded", "{run:?}");
+    let get = |name: &str| {
+        let path = format!("/v1/runs/{id}/artifacts/{name}");
+        let key = key.clone();
+        let h = &h;
+        async move { h.call(&key, "GET", &path, None).await }
+    };
+    for name in ["page.html", "pic.svg"] {
+        let r = get(name).await;
+        assert_eq!(r.status, StatusCode::OK, "{name}");
+        assert!(
+            r.headers["content-type"]
+                .to_str()
+                .unwrap()
+                .starts_with("text/plain"),
+            "{name}: {:?}",
+            r.headers["content-type"]
+        );
+        assert!(
+            r.headers["content-disposition"]
+                .to_str()
+                .unwrap()
+                .starts_with("attachment"),
+            "{name}"
+        );
+        assert_eq!(r.headers["x-content-type-options"], "nosniff");
+        assert!(
+            r.headers["content-security-policy"]
+                .to_str()
+                .unwrap()
+                .contains("sandbox"),
+            "{name}"
+        );
+        assert!(
+            r.text.contains("alert"),
+            "{name}: the bytes are served as written"
+        );
+    }
+    // Control: a type that cannot run script keeps its type.
+    let r = get("dot.png").await;
+    assert_eq!(r.headers["content-type"], "image/png");
+    // An active type recorded anyway is still served as inert text.
+    let png = h
+        .store()
+        .artifacts("ws_default", &id)
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|a| a.name == "page.html")
+        .unwrap();
+    let r2 = h
+        .call(&key, "POST", "/v1/workers/pages/runs", Some(json!({})))
+        .await;
+    let id2 = r2.body["run"]["id"].as_str().unwrap().to_string();
+    let claim = h
+        .store()
+        .claim_run("test:1", Duration::from_secs(30), &id2)
+        .await
+        .unwrap()
+        .unwrap();
+    let forged = airlock_store::Artifact {
+        name: "forged.html".into(),
+        media_type: "text/html".into(),
+        ..png
+    };
+    h.store()
+        .add_artifact(&id2, claim.token, &forged)
+        .await
+        .unwrap();
+    let r = h
+        .call(
+            &key,
+            "GET",
+            &format!("/v1/runs/{id2}/artifacts/forged.html"),
+            None,
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert_eq!(r.headers["content-type"], "text/plain; charset=utf-8");
+}

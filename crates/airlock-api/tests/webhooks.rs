@@ -809,3 +809,111 @@ async fn api_9_the_secret_is_shown_once_and_never_listed() {
     );
     assert!(!x.audit_text().await.contains(&secret));
 }
+
+/// API-4 (claim 86): webhook runs count against the workspace's daily run
+/// quota like any other run; a delivery refused for quota creates nothing
+/// and its id stays unused, so the sender can retry it tomorrow.
+#[tokio::test]
+async fn api_4_webhook_runs_count_against_the_workspace_quota() {
+    let limits = common::LimitConfig {
+        runs_per_workspace_per_day: 2,
+        ..common::LimitConfig::unlimited()
+    };
+    let x = Harness::builder()
+        .limits(limits)
+        .worker(
+            "std-hook",
+            &manifest("std-hook", "[[triggers]]\nkind = \"webhook\"\n"),
+            ECHO,
+        )
+        .worker("manual-only", &manifest("manual-only", ""), ECHO)
+        .build()
+        .await;
+    let owner = x.bootstrap_owner().await;
+    let (secret, _) = x.rotate(&owner, "std-hook", None).await;
+    let body = br#"{"name":"ada"}"#;
+    // One unit spent by hand, one by a delivery: both succeed (control).
+    let r = x
+        .call(
+            &owner,
+            "POST",
+            "/v1/workers/manual-only/runs",
+            Some(json!({})),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    accepted(
+        &x.hook("std-hook", &standard(&secret, "q1", x.now_s(), body), body)
+            .await,
+    );
+    // The quota is spent: the next delivery gets 429 and creates nothing.
+    let hs = standard(&secret, "q2", x.now_s(), body);
+    let r = x.hook("std-hook", &hs, body).await;
+    assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS, "{}", r.body);
+    assert_eq!(r.body["error"]["code"], "quota_exceeded");
+    assert!(r.headers.contains_key("retry-after"));
+    assert_eq!(x.runs().await.len(), 2);
+    // The next day the same delivery (same id, fresh timestamp) is accepted:
+    // the refused one was never recorded as used.
+    x.clock.advance(Duration::from_secs(86_400));
+    let hs = standard(&secret, "q2", x.now_s(), body);
+    accepted(&x.hook("std-hook", &hs, body).await);
+    assert_eq!(x.runs().await.len(), 3);
+}
+
+/// KEY-5 (claim 94): an endpoint's signing key lives in a vault space no
+/// worker can declare. A worker that declares the key's exact vault name
+/// reads its own workspace, where no such secret exists: its run is blocked
+/// (`secret_missing`) and never sees the key. Control: the endpoint itself
+/// verifies deliveries with that key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn key_5_a_worker_declaring_a_webhook_key_name_never_receives_the_key() {
+    let name = secret_name("std-hook", 1);
+    let thief = format!(
+        "[worker]\nid = \"thief\"\ntitle = \"thief\"\nkind = \"script\"\nentry = \"run.sh\"\n\
+         runtime = \"sh\"\n\n[secrets]\nnames = [\"{name}\"]\n"
+    );
+    let x = Harness::builder()
+        .worker(
+            "std-hook",
+            &manifest("std-hook", "[[triggers]]\nkind = \"webhook\"\n"),
+            ECHO,
+        )
+        .worker(
+            "thief",
+            &thief,
+            "cat /run/secrets/* > /airlock/output/stolen.txt\n",
+        )
+        .build()
+        .await;
+    let owner = x.bootstrap_owner().await;
+    let (secret, version) = x.rotate(&owner, "std-hook", None).await;
+    assert_eq!(version, 1);
+    // Control: the key is live and verifies a delivery.
+    let body = br#"{"name":"ada"}"#;
+    accepted(
+        &x.hook("std-hook", &standard(&secret, "k1", x.now_s(), body), body)
+            .await,
+    );
+    // The worker that names it gets nothing.
+    let r = x
+        .call(&owner, "POST", "/v1/workers/thief/runs", Some(json!({})))
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let id = r.body["run"]["id"].as_str().unwrap().to_string();
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let exec = tokio::spawn(x.svc.clone().run_executor(stop_rx));
+    let run = loop {
+        let run = x.store().get_run(WS, &id).await.unwrap().unwrap();
+        if run.state.is_terminal() {
+            break run;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let _ = stop_tx.send(true);
+    let _ = exec.await;
+    assert_eq!(run.error_code.as_deref(), Some("secret_missing"), "{run:?}");
+    assert!(!run.workload_started);
+    let artifacts = x.store().artifacts(WS, &id).await.unwrap();
+    assert!(artifacts.is_empty(), "{artifacts:?}");
+}

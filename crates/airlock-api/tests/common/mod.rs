@@ -297,6 +297,7 @@ pub struct Builder {
     auth: AuthConfig,
     limits: LimitConfig,
     workers: Vec<(String, String, String)>,
+    launcher: Option<Arc<dyn airlock_launch::Launcher>>,
 }
 
 #[allow(dead_code)]
@@ -308,6 +309,14 @@ impl Builder {
 
     pub fn limits(mut self, cfg: LimitConfig) -> Self {
         self.limits = cfg;
+        self
+    }
+
+    /// Runs start sandboxes through `launcher` (a recording fake: this
+    /// test binary cannot be a sandbox init, so the real broker would not
+    /// start here).
+    pub fn launcher(mut self, launcher: Arc<dyn airlock_launch::Launcher>) -> Self {
+        self.launcher = Some(launcher);
         self
     }
 
@@ -332,7 +341,14 @@ impl Builder {
             std::fs::write(w.join("run.sh"), script).unwrap();
         }
         let clock = Arc::new(ManualClock::new(T0));
-        let (app, svc, store) = open(dir.path(), &self.auth, &self.limits, &clock).await;
+        let (app, svc, store) = open(
+            dir.path(),
+            &self.auth,
+            &self.limits,
+            &clock,
+            self.launcher.clone(),
+        )
+        .await;
         let errors = svc.worker_errors();
         assert!(errors.is_empty(), "{errors:?}");
         Harness {
@@ -353,6 +369,7 @@ async fn open(
     auth: &AuthConfig,
     limits: &LimitConfig,
     clock: &Arc<ManualClock>,
+    launcher: Option<Arc<dyn airlock_launch::Launcher>>,
 ) -> (Router, Arc<Service>, Store) {
     let url = format!("sqlite://{}", dir.join("a.db").display());
     let store = Store::open(&url).await.unwrap();
@@ -362,7 +379,10 @@ async fn open(
     cfg.identity = identity;
     cfg.quotas = quotas;
     cfg.clock = clock.clone();
-    let svc = Service::open(store.clone(), cfg).unwrap();
+    let svc = match launcher {
+        Some(l) => Service::open_with_launcher(store.clone(), cfg, l).unwrap(),
+        None => Service::open(store.clone(), cfg).unwrap(),
+    };
     let state = AppState::with_limits(svc.clone(), http, http_limits);
     (app(state), svc, store)
 }
@@ -374,6 +394,7 @@ impl Harness {
             auth: quiet(),
             limits: LimitConfig::unlimited(),
             workers: Vec::new(),
+            launcher: None,
         }
     }
 
@@ -385,7 +406,8 @@ impl Harness {
     /// A restart: a new service and router on the same folder, settings
     /// and clock.
     pub async fn reopen(&self) -> (Router, Arc<Service>) {
-        let (app, svc, _) = open(self.dir.path(), &self.auth, &self.limits, &self.clock).await;
+        let (app, svc, _) =
+            open(self.dir.path(), &self.auth, &self.limits, &self.clock, None).await;
         (app, svc)
     }
 
