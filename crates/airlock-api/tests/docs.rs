@@ -1,3 +1,5 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 //! Documentation that mirrors code: the README's error-code table and the
 //! role and permission names the OpenAPI document states.
 
