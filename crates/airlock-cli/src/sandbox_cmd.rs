@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use airlock_sandbox::{
     Broker, DriverChoice, EXIT_SANDBOX_FAILED, LaunchError, Limits, SandboxRequest, SandboxSpec,
+    SubidChoice,
 };
 use clap::{Args, Subcommand, ValueEnum};
 use serde_json::json;
@@ -86,6 +87,14 @@ pub struct ExecArgs {
     /// Write one JSON line per egress decision and closed connection here.
     #[arg(long, value_name = "FILE")]
     egress_log: Option<PathBuf>,
+    /// When airlock runs as root: the host ids its workloads run as, as
+    /// FIRST:COUNT or the name of a user whose /etc/subuid and /etc/subgid
+    /// entries to use. The workload is the first uid and gid of the range,
+    /// never 0. Default: the entries of user `airlock`, else
+    /// 2000000000:65536. A range overlapping an account or another user's
+    /// range is refused.
+    #[arg(long, value_name = "FIRST:COUNT|USER", env = "AIRLOCK_SUBID_RANGE")]
+    subid_range: Option<String>,
     /// Include set-up stage timings (milliseconds since launch) in --json.
     #[arg(long)]
     timings: bool,
@@ -211,17 +220,25 @@ fn exec(a: ExecArgs) -> ExitCode {
         egress: false,
         timings: a.timings,
     };
-    let egress = match egress_setup(&a) {
-        Ok(e) => e,
-        Err(msg) => return fail(a.json, "invalid_argument", &msg),
+    let subids = match a.subid_range.as_deref().map(str::parse::<SubidChoice>) {
+        None => SubidChoice::Default,
+        Some(Ok(c)) => c,
+        Some(Err(e)) => return fail(a.json, "invalid_argument", &e.to_string()),
     };
+    let wants_egress = !a.allow.is_empty() || !a.channel.is_empty() || a.egress_policy.is_some();
     let req = SandboxRequest {
-        egress: egress.is_some(),
+        egress: wants_egress,
         ..req
     };
+    // The request is parsed (roots opened and pinned) before the egress
+    // proxy opens its files, so that bad input is reported first.
     let mut spec = match SandboxSpec::parse(req) {
         Ok(s) => s,
         Err(e) => return fail(a.json, "invalid_argument", &e.to_string()),
+    };
+    let egress = match egress_setup(&a) {
+        Ok(e) => e,
+        Err(msg) => return fail(a.json, "invalid_argument", &msg),
     };
     for ch in &a.channel {
         let var = format!("AIRLOCK_CHANNEL_{}_URL", ch.to_ascii_uppercase());
@@ -251,7 +268,7 @@ fn exec(a: ExecArgs) -> ExitCode {
                 .ok();
         }
     };
-    let outcome = Broker::new().run_with(
+    let outcome = Broker::new().with_subids(subids).run_with(
         &spec,
         airlock_sandbox::Hooks {
             on_listener: Some(&mut hook),
