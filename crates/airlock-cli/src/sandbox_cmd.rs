@@ -53,6 +53,11 @@ pub struct ExecArgs {
     /// CPU bandwidth in cores (e.g. 0.5).
     #[arg(long, value_name = "CORES")]
     cpus: Option<f64>,
+    /// Budget of new and changed data per writable root, in MiB (and one
+    /// inode per 4 KiB). Writes land in a private overlay on a capped
+    /// tmpfs (counted as memory) and reach the root when the command ends.
+    #[arg(long, value_name = "MIB")]
+    disk: Option<u64>,
     /// Directory the command may write (repeatable); bound at the same path.
     #[arg(long = "writable", value_name = "DIR")]
     writable: Vec<PathBuf>,
@@ -174,6 +179,17 @@ fn exec(a: ExecArgs) -> ExitCode {
             );
         }
     };
+    let disk_bytes = match a.disk {
+        None => None,
+        Some(m) if m > 0 && m <= 1 << 30 => Some(m << 20),
+        Some(_) => {
+            return fail(
+                a.json,
+                "invalid_argument",
+                "--disk must be between 1 and 2^30 MiB",
+            );
+        }
+    };
     let mut mounts = Vec::new();
     for m in &a.mount {
         let (spec_part, writable) = match m.strip_suffix(":rw") {
@@ -207,6 +223,7 @@ fn exec(a: ExecArgs) -> ExitCode {
             memory_bytes,
             pids: a.pids,
             cpu_millicores,
+            disk_bytes,
             ..Limits::default()
         },
         output_budget: Some(a.output_budget),
@@ -308,6 +325,7 @@ fn exec(a: ExecArgs) -> ExitCode {
             "stderr_bytes": result.stderr.total_bytes,
             "stderr_dropped": result.stderr.dropped_bytes,
             "limit_hits": result.limit_hits,
+            "commit_errors": result.commit_errors,
             "containment": result.containment,
             "executable": result.executable,
             "egress": egress_summary,
@@ -322,6 +340,9 @@ fn exec(a: ExecArgs) -> ExitCode {
         let _ = err.write_all(&result.stderr.bytes);
         if result.timed_out {
             let _ = writeln!(err, "airlock: timed out after {} ms", result.duration_ms);
+        }
+        for e in &result.commit_errors {
+            let _ = writeln!(err, "airlock: disk budget commit failed: {e}");
         }
         if result.stdout.truncated() || result.stderr.truncated() {
             let _ = writeln!(

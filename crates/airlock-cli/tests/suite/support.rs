@@ -64,31 +64,55 @@ pub fn test_user() -> Option<(u32, u32)> {
 }
 
 /// The binary, copied to a world-readable place so the test user can run it
-/// whatever the permissions of the checkout's parents.
+/// whatever the permissions of the checkout's parents. One copy per build
+/// (named after the built file's inode and mtime), shared by every test
+/// process: a copy per process filled /tmp with 67 MB files.
 pub fn airlock_bin() -> PathBuf {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
+        use std::os::unix::fs::MetadataExt;
         let src = PathBuf::from(env!("CARGO_BIN_EXE_airlock"));
         if !is_root() {
             return src;
         }
-        let dir = std::env::temp_dir().join(format!("airlock-itest-bin-{}", std::process::id()));
+        let Ok(meta) = std::fs::metadata(&src) else {
+            return src;
+        };
+        let dir = std::env::temp_dir().join(format!(
+            "airlock-itest-bin-{}-{}-{}",
+            meta.ino(),
+            meta.mtime(),
+            meta.mtime_nsec()
+        ));
+        let dst = dir.join("airlock");
+        if dst.exists() {
+            return dst;
+        }
         let _ = std::fs::create_dir_all(&dir);
         let _ = std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755));
-        let dst = dir.join("airlock");
-        if std::fs::copy(&src, &dst).is_err() {
+        // Copy under a private name, then rename: concurrent test processes
+        // never see (or execute) a half-written binary.
+        let tmp = dir.join(format!("airlock.{}", std::process::id()));
+        if std::fs::copy(&src, &tmp).is_err() {
             return src;
         }
-        let _ = std::fs::set_permissions(&dst, std::fs::Permissions::from_mode(0o755));
+        let _ = std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o755));
+        if std::fs::rename(&tmp, &dst).is_err() {
+            let _ = std::fs::remove_file(&tmp);
+            return src;
+        }
         dst
     })
     .clone()
 }
 
-/// A command that runs `airlock ARGS` as `who`, with sentinel credentials in
-/// its environment (they must never reach a sandbox).
-pub fn airlock(who: Who) -> Command {
-    let mut cmd = match (who, test_user()) {
+/// Set to run only the invoker's half of each `both_users!` scenario when
+/// the unprivileged user cannot be created (not root, no `useradd`).
+pub const SKIP_UNPRIVILEGED: &str = "AIRLOCK_TEST_SKIP_UNPRIVILEGED";
+
+/// A command that runs `program` as `who`.
+pub fn run_as(who: Who, program: impl AsRef<std::ffi::OsStr>) -> Command {
+    match (who, test_user()) {
         (Who::Unprivileged, Some((uid, gid))) => {
             let mut c = Command::new("setpriv");
             c.args([
@@ -97,11 +121,28 @@ pub fn airlock(who: Who) -> Command {
                 "--clear-groups".to_string(),
                 "--".to_string(),
             ])
-            .arg(airlock_bin());
+            .arg(program);
             c
         }
-        _ => Command::new(airlock_bin()),
-    };
+        (Who::Unprivileged, None) => panic!(
+            "the unprivileged user {TEST_USER} does not exist and could not be created (run the tests as root with useradd, or set {SKIP_UNPRIVILEGED}=1)"
+        ),
+        (Who::Invoker, _) => Command::new(program),
+    }
+}
+
+/// The host uid `who` runs as.
+pub fn uid_of(who: Who) -> u32 {
+    match (who, test_user()) {
+        (Who::Unprivileged, Some((uid, _))) => uid,
+        _ => nix_uid(),
+    }
+}
+
+/// A command that runs `airlock ARGS` as `who`, with sentinel credentials in
+/// its environment (they must never reach a sandbox).
+pub fn airlock(who: Who) -> Command {
+    let mut cmd = run_as(who, airlock_bin());
     cmd.env("OPENAI_API_KEY", SENTINEL)
         .env("AIRLOCK_TEST_SENTINEL", SENTINEL)
         .env("LD_PRELOAD", "")
@@ -207,8 +248,15 @@ macro_rules! both_users {
             }
             #[test]
             fn as_unprivileged_user() {
-                if $crate::suite::support::test_user().is_none() {
-                    eprintln!("not root: the invoker is already unprivileged");
+                use $crate::suite::support::{SKIP_UNPRIVILEGED, TEST_USER, test_user};
+                if test_user().is_none() {
+                    // Never a silent pass: the unprivileged half of every
+                    // scenario is half of what the sandbox promises.
+                    assert!(
+                        std::env::var_os(SKIP_UNPRIVILEGED).is_some(),
+                        "the unprivileged user {TEST_USER} could not be created (the tests must run as root with useradd available); set {SKIP_UNPRIVILEGED}=1 to skip the unprivileged runs"
+                    );
+                    eprintln!("skipped: {SKIP_UNPRIVILEGED} is set");
                     return;
                 }
                 super::$name(Who::Unprivileged);
