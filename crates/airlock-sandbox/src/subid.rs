@@ -10,8 +10,10 @@
 //! subordinate range, the way container runtimes use `/etc/subuid`.
 //!
 //! Where the range comes from, first match wins:
-//! 1. an explicit choice (`--subid-range FIRST:COUNT` or a user name, or
-//!    `AIRLOCK_SUBID_RANGE`), given to [`crate::Broker::with_subids`];
+//! 1. an explicit choice (`--subid-range FIRST:COUNT` or a user name),
+//!    given to [`crate::Broker::with_subids`], else the same syntax in the
+//!    environment variable [`ENV_VAR`] (so that every front end of a root
+//!    process, `airlock up` included, honours it);
 //! 2. the `/etc/subuid` and `/etc/subgid` entries of the user
 //!    [`SUBID_OWNER`];
 //! 3. the built-in range [`DEFAULT_RANGE`] (2000000000:65536), which lies
@@ -32,6 +34,9 @@ use std::path::Path;
 use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
+
+/// The environment variable read when no explicit choice was made.
+pub const ENV_VAR: &str = "AIRLOCK_SUBID_RANGE";
 
 /// The user whose `/etc/subuid` and `/etc/subgid` entries are airlock's own.
 pub const SUBID_OWNER: &str = "airlock";
@@ -213,9 +218,18 @@ fn parse_subids(text: &str) -> Vec<(String, IdRange)> {
         .collect()
 }
 
-/// Resolves `choice` against the host's account files.
+/// Resolves `choice` (or, for [`SubidChoice::Default`], [`ENV_VAR`] when
+/// set) against the host's account files.
 pub fn resolve(choice: &SubidChoice) -> Result<SandboxIds, SubidError> {
-    resolve_with(choice, &IdDatabase::load()?)
+    let (choice, from_env) = match (choice, std::env::var(ENV_VAR)) {
+        (SubidChoice::Default, Ok(v)) if !v.is_empty() => (v.parse()?, true),
+        (c, _) => (c.clone(), false),
+    };
+    let mut ids = resolve_with(&choice, &IdDatabase::load()?)?;
+    if from_env {
+        ids.source = format!("{ENV_VAR} ({})", ids.source);
+    }
+    Ok(ids)
 }
 
 /// Resolves `choice` against `db` (the pure part of [`resolve`]).
