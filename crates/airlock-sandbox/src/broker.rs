@@ -273,6 +273,7 @@ impl Broker {
         static SWEPT: std::sync::Once = std::sync::Once::new();
         SWEPT.call_once(|| {
             let _ = crate::cgroup::remove_stale();
+            remove_stale_scratch();
         });
         // SBX-3: a root broker's workloads are never host root. The ids are
         // resolved (and a bad range refused) before anything is created.
@@ -705,8 +706,22 @@ fn spawn_drains(
 
 fn make_scratch(name: &str, (uid, gid): (u32, u32)) -> std::io::Result<PathBuf> {
     use std::os::unix::fs::DirBuilderExt;
-    let dir = std::env::temp_dir().join(format!("{name}-scratch"));
-    std::fs::DirBuilder::new().mode(0o700).create(&dir)?;
+    // The name can already exist: left by a broker that died and had this
+    // process's pid (pids are reused), or planted by someone else in a
+    // shared /tmp. Never reuse it (create_dir does not follow a link
+    // either); take the next free name.
+    let mut k = 0u32;
+    let dir = loop {
+        let dir = match k {
+            0 => std::env::temp_dir().join(format!("{name}-scratch")),
+            k => std::env::temp_dir().join(format!("{name}-{k}-scratch")),
+        };
+        match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+            Ok(()) => break dir,
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && k < 100 => k += 1,
+            Err(e) => return Err(e),
+        }
+    };
     if nix::unistd::geteuid().is_root() {
         // The fallback level drops root to the sandbox ids, which must own
         // its scratch.
@@ -724,6 +739,34 @@ impl Drop for Grants {
     fn drop(&mut self) {
         for g in self.0.drain(..) {
             let _ = g.restore();
+        }
+    }
+}
+
+/// Removes the fallback scratch directories (`airlock-<pid>-<n>[-k]-scratch`
+/// in the temporary directory) of brokers that are no longer running and
+/// that this user may remove.
+fn remove_stale_scratch() {
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("airlock-"))
+            .and_then(|n| n.strip_suffix("-scratch"))
+            .and_then(|n| n.split('-').next())
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let is_dir = e.file_type().is_ok_and(|t| t.is_dir());
+        if is_dir
+            && pid != std::process::id()
+            && !std::path::Path::new("/proc").join(pid.to_string()).exists()
+        {
+            let _ = std::fs::remove_dir_all(e.path());
         }
     }
 }

@@ -696,6 +696,39 @@ mod tests {
     }
 
     #[test]
+    fn sbx_3_roots_through_links_or_dotdot_and_sockets_are_refused_at_parse() {
+        let d = tempfile::tempdir().unwrap();
+        let real = d.path().join("real");
+        std::fs::create_dir_all(real.join("sub")).unwrap();
+        std::os::unix::fs::symlink(&real, d.path().join("link")).unwrap();
+        let parse = |w: Vec<PathBuf>, ro: Vec<PathBuf>| {
+            let mut r = req(&["true"]);
+            r.writable = w;
+            r.readonly = ro;
+            SandboxSpec::parse(r)
+        };
+        match parse(vec![d.path().join("link/sub")], vec![]) {
+            Err(SpecError::SymlinkInPath { link, .. }) => assert_eq!(link, d.path().join("link")),
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            parse(vec![real.join("sub/..")], vec![]),
+            Err(SpecError::NotNormalised { .. })
+        ));
+        let sock = real.join("sub/s.sock");
+        let _l = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+        match parse(vec![], vec![real.clone()]) {
+            Err(SpecError::SocketInRoot { socket, .. }) => assert_eq!(socket, sock),
+            other => panic!("{other:?}"),
+        }
+        // Positive control: the real path parses, its identity is pinned,
+        // and a socket in a writable root is not a reason to refuse.
+        let spec = parse(vec![real.join("sub")], vec![]).unwrap();
+        assert_eq!(spec.root_ids.len(), 1);
+        assert_eq!(spec.writable, vec![real.join("sub")]);
+    }
+
+    #[test]
     fn sbx_1_relative_roots_and_zero_limits_are_refused() {
         let mut r = req(&["true"]);
         r.writable = vec![PathBuf::from("relative/dir")];
