@@ -362,6 +362,13 @@ pub const DENY_RULES: &[DenyRule] = &[
     // both bits itself); setxattr of file capabilities (needs
     // CAP_SETFCAP, which the workload does not have). umask only removes
     // bits, so it cannot add one the caller did not ask for.
+    // Why a filter rather than clearing the bits when the run is collected:
+    // a sweep afterwards would leave the file set-uid while the run lasts
+    // (long enough for a local user to execute it) and would walk every
+    // writable root on every launch; refusing the mode means the bit is
+    // never on disk. For a root broker the files are also owned by the
+    // unprivileged sandbox uid (crate::subid), so even a bit that slipped
+    // through would not grant root.
     deny!(
         "chmod(setid)",
         libc::SYS_chmod,

@@ -1018,6 +1018,7 @@ fn inotify_while_hogged(who: Who, opts: &[&str]) -> (String, String) {
 }
 
 fn sbx_3_inotify_exhaustion_is_confined(who: Who) {
+    preflight_pid_isolation_and_limits(who, &[]);
     let (took, mine) = inotify_while_hogged(who, &[]);
     assert_eq!(
         mine, "0",

@@ -66,44 +66,41 @@ pub fn test_user() -> Option<(u32, u32)> {
 /// The binary, copied to a world-readable place so the test user can run it
 /// whatever the permissions of the checkout's parents. One copy per build
 /// (named after the built file's inode and mtime), shared by every test
-/// process: a copy per process filled /tmp with 67 MB files.
+/// process: a copy per process filled /tmp with 67 MB files. Checked on
+/// every call, since anyone may clean /tmp while tests run.
 pub fn airlock_bin() -> PathBuf {
-    static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| {
-        use std::os::unix::fs::MetadataExt;
-        let src = PathBuf::from(env!("CARGO_BIN_EXE_airlock"));
-        if !is_root() {
-            return src;
-        }
-        let Ok(meta) = std::fs::metadata(&src) else {
-            return src;
-        };
-        let dir = std::env::temp_dir().join(format!(
-            "airlock-itest-bin-{}-{}-{}",
-            meta.ino(),
-            meta.mtime(),
-            meta.mtime_nsec()
-        ));
-        let dst = dir.join("airlock");
-        if dst.exists() {
-            return dst;
-        }
-        let _ = std::fs::create_dir_all(&dir);
-        let _ = std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755));
-        // Copy under a private name, then rename: concurrent test processes
-        // never see (or execute) a half-written binary.
-        let tmp = dir.join(format!("airlock.{}", std::process::id()));
-        if std::fs::copy(&src, &tmp).is_err() {
-            return src;
-        }
-        let _ = std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o755));
-        if std::fs::rename(&tmp, &dst).is_err() {
-            let _ = std::fs::remove_file(&tmp);
-            return src;
-        }
-        dst
-    })
-    .clone()
+    use std::os::unix::fs::MetadataExt;
+    let src = PathBuf::from(env!("CARGO_BIN_EXE_airlock"));
+    if !is_root() {
+        return src;
+    }
+    let Ok(meta) = std::fs::metadata(&src) else {
+        return src;
+    };
+    let dir = std::env::temp_dir().join(format!(
+        "airlock-itest-bin-{}-{}-{}",
+        meta.ino(),
+        meta.mtime(),
+        meta.mtime_nsec()
+    ));
+    let dst = dir.join("airlock");
+    if dst.exists() {
+        return dst;
+    }
+    let _ = std::fs::create_dir_all(&dir);
+    let _ = std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755));
+    // Copy under a private name, then rename: concurrent test processes
+    // never see (or execute) a half-written binary.
+    let tmp = dir.join(format!("airlock.{}", std::process::id()));
+    if std::fs::copy(&src, &tmp).is_err() {
+        return src;
+    }
+    let _ = std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o755));
+    if std::fs::rename(&tmp, &dst).is_err() {
+        let _ = std::fs::remove_file(&tmp);
+        return src;
+    }
+    dst
 }
 
 /// Set to run only the invoker's half of each `both_users!` scenario when
