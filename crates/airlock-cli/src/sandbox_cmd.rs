@@ -5,8 +5,10 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use airlock_launch::{Controls, EgressPlan, Launch, LaunchFailure, Launcher, SandboxLauncher};
-use airlock_sandbox::{DriverChoice, EXIT_SANDBOX_FAILED, LaunchError, Limits, SandboxRequest};
+use airlock_launch::{Controls, EgressPlan, Launch, LaunchFailure, SandboxLauncher};
+use airlock_sandbox::{
+    Broker, DriverChoice, EXIT_SANDBOX_FAILED, LaunchError, Limits, SandboxRequest, SubidChoice,
+};
 use clap::{Args, Subcommand, ValueEnum};
 use serde_json::json;
 
@@ -51,6 +53,11 @@ pub struct ExecArgs {
     /// CPU bandwidth in cores (e.g. 0.5).
     #[arg(long, value_name = "CORES")]
     cpus: Option<f64>,
+    /// Budget of new and changed data per writable root, in MiB (and one
+    /// inode per 4 KiB). Writes land in a private overlay on a capped
+    /// tmpfs (counted as memory) and reach the root when the command ends.
+    #[arg(long, value_name = "MIB")]
+    disk: Option<u64>,
     /// Directory the command may write (repeatable); bound at the same path.
     #[arg(long = "writable", value_name = "DIR")]
     writable: Vec<PathBuf>,
@@ -85,6 +92,14 @@ pub struct ExecArgs {
     /// Write one JSON line per egress decision and closed connection here.
     #[arg(long, value_name = "FILE")]
     egress_log: Option<PathBuf>,
+    /// When airlock runs as root: the host ids its workloads run as, as
+    /// FIRST:COUNT or the name of a user whose /etc/subuid and /etc/subgid
+    /// entries to use. The workload is the first uid and gid of the range,
+    /// never 0. Default: the entries of user `airlock`, else
+    /// 2000000000:65536. A range overlapping an account or another user's
+    /// range is refused.
+    #[arg(long, value_name = "FIRST:COUNT|USER", env = "AIRLOCK_SUBID_RANGE")]
+    subid_range: Option<String>,
     /// Include set-up stage timings (milliseconds since launch) in --json.
     #[arg(long)]
     timings: bool,
@@ -169,6 +184,17 @@ fn exec(a: ExecArgs) -> ExitCode {
             );
         }
     };
+    let disk_bytes = match a.disk {
+        None => None,
+        Some(m) if m > 0 && m <= 1 << 30 => Some(m << 20),
+        Some(_) => {
+            return fail(
+                a.json,
+                "invalid_argument",
+                "--disk must be between 1 and 2^30 MiB",
+            );
+        }
+    };
     let mut mounts = Vec::new();
     for m in &a.mount {
         let (spec_part, writable) = match m.strip_suffix(":rw") {
@@ -202,6 +228,7 @@ fn exec(a: ExecArgs) -> ExitCode {
             memory_bytes,
             pids: a.pids,
             cpu_millicores,
+            disk_bytes,
             ..Limits::default()
         },
         output_budget: Some(a.output_budget),
@@ -216,7 +243,12 @@ fn exec(a: ExecArgs) -> ExitCode {
         egress: false,
         timings: a.timings,
     };
-    let egress = match egress_setup(&a) {
+    let subids = match a.subid_range.as_deref().map(str::parse::<SubidChoice>) {
+        None => SubidChoice::Default,
+        Some(Ok(c)) => c,
+        Some(Err(e)) => return fail(a.json, "invalid_argument", &e.to_string()),
+    };
+    let egress = match egress_plan(&a) {
         Ok(e) => e,
         Err(msg) => return fail(a.json, "invalid_argument", &msg),
     };
@@ -227,16 +259,26 @@ fn exec(a: ExecArgs) -> ExitCode {
         label: format!("sbx-{}", std::process::id()),
         run: None,
     };
-    // A refused request prints its error only, not the driver warning.
-    if let Err(e) = launch.check() {
-        return fail(a.json, "invalid_argument", &e.to_string());
-    }
+    // The request is parsed (roots opened and pinned) before the egress
+    // log is opened, so that bad input is reported first and a root swapped
+    // from here on is refused when the sandbox binds it. A refused request
+    // prints its error only, not the driver warning.
+    let prepared = match launch.prepare() {
+        Ok(p) => p,
+        Err(e) => return fail(a.json, "invalid_argument", &e.to_string()),
+    };
+    let prepared = match egress_log(&a) {
+        Ok(Some(log)) => prepared.with_egress_log(log),
+        Ok(None) => prepared,
+        Err(msg) => return fail(a.json, "invalid_argument", &msg),
+    };
     if matches!(a.driver, DriverArg::Uncontained) {
         eprintln!(
             "airlock: warning: driver 'uncontained' runs the command WITHOUT any sandbox (development only)"
         );
     }
-    let outcome = SandboxLauncher::new().launch(launch, Controls::default());
+    let launcher = SandboxLauncher::with_broker(Broker::new().with_subids(subids));
+    let outcome = launcher.launch_prepared(prepared, Controls::default());
     let launched = match outcome {
         Ok(l) => l,
         Err(LaunchFailure::Sandbox(e)) => {
@@ -280,6 +322,7 @@ fn exec(a: ExecArgs) -> ExitCode {
             "stderr_bytes": result.stderr.total_bytes,
             "stderr_dropped": result.stderr.dropped_bytes,
             "limit_hits": result.limit_hits,
+            "commit_errors": result.commit_errors,
             "containment": result.containment,
             "executable": result.executable,
             "egress": egress_summary,
@@ -303,6 +346,9 @@ fn exec(a: ExecArgs) -> ExitCode {
         if result.timed_out {
             let _ = writeln!(err, "airlock: timed out after {} ms", result.duration_ms);
         }
+        for e in &result.commit_errors {
+            let _ = writeln!(err, "airlock: disk budget commit failed: {e}");
+        }
         if result.stdout.truncated() || result.stderr.truncated() {
             let _ = writeln!(
                 err,
@@ -315,10 +361,11 @@ fn exec(a: ExecArgs) -> ExitCode {
 }
 
 /// The egress plan for `--allow`, `--channel` and `--egress-policy`;
-/// `None` when the sandbox gets no network at all.
-fn egress_setup(a: &ExecArgs) -> Result<Option<EgressPlan>, String> {
+/// `None` when the sandbox gets no network at all. Its log is set later
+/// ([`egress_log`]).
+fn egress_plan(a: &ExecArgs) -> Result<Option<EgressPlan>, String> {
     use airlock_egress::policy::EnvAndFiles;
-    use airlock_egress::proxy::{LogSink, NullLog, WriterLog};
+    use airlock_egress::proxy::NullLog;
     use std::sync::Arc;
     if a.allow.is_empty() && a.channel.is_empty() && a.egress_policy.is_none() {
         return Ok(None);
@@ -347,19 +394,25 @@ fn egress_setup(a: &ExecArgs) -> Result<Option<EgressPlan>, String> {
             Err(e)
         }
     };
-    let log: Arc<dyn LogSink> = match &a.egress_log {
-        Some(path) => {
-            let f = std::fs::File::create(path)
-                .map_err(|e| format!("--egress-log {}: {e}", path.display()))?;
-            Arc::new(WriterLog::new(Box::new(f)))
-        }
-        None => Arc::new(NullLog),
-    };
     // The launcher keeps only these channels reachable from the sandbox.
     Ok(Some(EgressPlan {
         policy,
         channels: a.channel.clone(),
-        log,
+        log: Arc::new(NullLog),
         resolver: None,
     }))
+}
+
+/// `--egress-log FILE`, opened (a FIFO blocks here until read).
+fn egress_log(
+    a: &ExecArgs,
+) -> Result<Option<std::sync::Arc<dyn airlock_egress::proxy::LogSink>>, String> {
+    let Some(path) = &a.egress_log else {
+        return Ok(None);
+    };
+    let f =
+        std::fs::File::create(path).map_err(|e| format!("--egress-log {}: {e}", path.display()))?;
+    Ok(Some(std::sync::Arc::new(
+        airlock_egress::proxy::WriterLog::new(Box::new(f)),
+    )))
 }

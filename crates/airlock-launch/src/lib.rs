@@ -211,6 +211,20 @@ impl Launch {
         Ok(())
     }
 
+    /// Parses the request now — its roots are opened and pinned, so a path
+    /// swapped from here on is refused when the sandbox binds it — and
+    /// returns a launch that starts exactly that spec. For callers that
+    /// report bad input before opening anything else (`sandbox exec` opens
+    /// its egress log after this).
+    pub fn prepare(mut self) -> Result<Prepared, LaunchFailure> {
+        if let Some(plan) = &self.egress {
+            check_channels(plan)?;
+        }
+        let sandbox = std::mem::take(&mut self.sandbox);
+        let spec = self.spec_from(sandbox)?;
+        Ok(Prepared { spec, launch: self })
+    }
+
     /// The parsed spec for `sandbox` (this launch's request or a copy),
     /// with the egress flag, the platform variables and the channel URLs.
     fn spec_from(&self, mut sandbox: SandboxRequest) -> Result<SandboxSpec, SpecError> {
@@ -224,6 +238,30 @@ impl Launch {
             spec = spec.with_platform_env(&name, &url);
         }
         Ok(spec)
+    }
+}
+
+/// A launch whose request is parsed and whose roots are pinned
+/// ([`Launch::prepare`]).
+#[derive(Debug)]
+pub struct Prepared {
+    spec: SandboxSpec,
+    launch: Launch,
+}
+
+impl Prepared {
+    /// Where the egress plan's decision lines go, chosen after the request
+    /// was parsed (a log that blocks while it opens, a FIFO, cannot delay
+    /// the parse). No effect on a launch without egress.
+    pub fn with_egress_log(mut self, log: Arc<dyn LogSink>) -> Self {
+        if let Some(plan) = &mut self.launch.egress {
+            plan.log = log;
+        }
+        self
+    }
+
+    pub(crate) fn into_parts(self) -> (SandboxSpec, Launch) {
+        (self.spec, self.launch)
     }
 }
 

@@ -32,10 +32,21 @@ impl SandboxLauncher {
 }
 
 impl Launcher for SandboxLauncher {
-    fn launch(&self, mut launch: Launch, controls: Controls) -> Result<Launched, LaunchFailure> {
+    fn launch(&self, launch: Launch, controls: Controls) -> Result<Launched, LaunchFailure> {
+        self.launch_prepared(launch.prepare()?, controls)
+    }
+}
+
+impl SandboxLauncher {
+    /// Starts a launch prepared earlier (its roots pinned at
+    /// [`Launch::prepare`]).
+    pub fn launch_prepared(
+        &self,
+        prepared: crate::Prepared,
+        controls: Controls,
+    ) -> Result<Launched, LaunchFailure> {
+        let (spec, mut launch) = prepared.into_parts();
         let mut notices = Vec::new();
-        let sandbox = std::mem::take(&mut launch.sandbox);
-        let spec = launch.spec_from(sandbox)?;
 
         // The proxy exists before the sandbox does: a workload that was
         // promised egress never starts without a proxy behind its listener.

@@ -96,5 +96,6 @@ pub fn fake_result(exit_code: Option<i32>, signal: Option<i32>) -> RunResult {
             sha256: String::new(),
         },
         timings: Vec::new(),
+        commit_errors: Vec::new(),
     }
 }

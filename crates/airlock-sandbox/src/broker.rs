@@ -28,6 +28,7 @@ use crate::exe::{ExeError, ExecutableIdentity, ResolvedExecutable};
 use crate::output::Captured;
 use crate::report::{ContainmentReport, Guarantee, Level};
 use crate::spec::{self, DriverChoice, SandboxSpec};
+use crate::subid::{SubidChoice, SubidError};
 use crate::sys;
 use crate::wire::{
     CONTROL_FD, EGRESS_LISTEN, EXE_FD, InitEvent, InitSpec, Rlimits, SPEC_FD, STATUS_FD,
@@ -101,8 +102,13 @@ pub struct RunResult {
     #[serde(skip)]
     pub stderr: Captured,
     pub containment: ContainmentReport,
-    /// Limits that were hit: `memory`, `pids`, `timeout`, `stdout`, `stderr`.
+    /// Limits that were hit: `memory`, `pids`, `disk`, `timeout`, `stdout`,
+    /// `stderr`.
     pub limit_hits: Vec<String>,
+    /// Budgeted writable roots whose commit failed (see [`crate::budget`]):
+    /// what the workload wrote there did not fully reach the host.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub commit_errors: Vec<String>,
     pub executable: ExecutableIdentity,
     /// Milliseconds since the launch began at which each stage finished,
     /// when the spec asked for timings.
@@ -135,6 +141,8 @@ pub enum LaunchError {
     Setup { stage: String, error: String },
     #[error("cannot execute {path}: {error}")]
     Exec { path: PathBuf, error: String },
+    #[error(transparent)]
+    SandboxIds(#[from] SubidError),
     #[error("sandbox could not start: {0}")]
     Io(#[from] std::io::Error),
 }
@@ -149,6 +157,7 @@ impl LaunchError {
             Self::ContainmentUnavailable { .. } => "containment_unavailable",
             Self::Setup { .. } => "sandbox_setup_failed",
             Self::Exec { .. } => "exec_failed",
+            Self::SandboxIds(_) => "sandbox_ids_invalid",
             Self::Io(_) => "sandbox_setup_failed",
         }
     }
@@ -158,6 +167,8 @@ impl LaunchError {
 #[derive(Debug, Clone)]
 pub struct Broker {
     init_exe: PathBuf,
+    /// Where a root broker takes its workloads' host uid and gid from.
+    subids: SubidChoice,
 }
 
 impl Default for Broker {
@@ -174,13 +185,25 @@ impl Broker {
     pub fn new() -> Self {
         Self {
             init_exe: PathBuf::from("/proc/self/exe"),
+            subids: SubidChoice::Default,
         }
     }
 
     /// A broker that uses another binary (which must call
     /// [`crate::init::main_if_requested`]) as the sandbox init.
     pub fn with_init_exe(path: PathBuf) -> Self {
-        Self { init_exe: path }
+        Self {
+            init_exe: path,
+            subids: SubidChoice::Default,
+        }
+    }
+
+    /// Where a root broker takes its workloads' host ids from (see
+    /// [`crate::subid`]); ignored by an unprivileged broker, whose
+    /// workloads are always its own uid.
+    pub fn with_subids(mut self, choice: SubidChoice) -> Self {
+        self.subids = choice;
+        self
     }
 
     /// Runs one workload to completion.
@@ -270,6 +293,58 @@ impl Broker {
             }
         };
         mark("resolved");
+        // Cgroup directories of brokers that died without removing them
+        // (kill -9) are removed by the next broker on this host, once per
+        // process.
+        static SWEPT: std::sync::Once = std::sync::Once::new();
+        SWEPT.call_once(|| {
+            let _ = crate::cgroup::remove_stale();
+            remove_stale_scratch();
+        });
+        // SBX-3: a root broker's workloads are never host root. The ids are
+        // resolved (and a bad range refused) before anything is created.
+        let root = nix::unistd::geteuid().is_root();
+        let (outer_uid, outer_gid, host_ids) = if root {
+            let ids = crate::subid::resolve(&self.subids)?;
+            let note = format!(
+                "sandbox ids from {} (uids {}, gids {})",
+                ids.source, ids.uid_range, ids.gid_range
+            );
+            (ids.uid, ids.gid, note)
+        } else {
+            (
+                nix::unistd::geteuid().as_raw(),
+                nix::unistd::getegid().as_raw(),
+                "the invoking user".to_string(),
+            )
+        };
+        // The sandbox uid must be able to write its writable roots; files
+        // it creates there stay owned by it (see hostfs::grant_access).
+        let mut grants = Grants(Vec::new());
+        if root {
+            let id_of = |p: &std::path::Path| {
+                spec.root_ids
+                    .iter()
+                    .find(|(q, _)| q == p)
+                    .map(|(_, id)| *id)
+            };
+            let writable = spec
+                .writable
+                .iter()
+                .chain(spec.mounts.iter().filter(|m| m.writable).map(|m| &m.source));
+            for w in writable {
+                match crate::hostfs::grant_access(w, id_of(w), outer_uid, outer_gid) {
+                    Ok(Some(g)) => grants.0.push(g),
+                    Ok(None) => {}
+                    Err(error) => {
+                        return Err(LaunchError::Setup {
+                            stage: "writable root access".into(),
+                            error,
+                        });
+                    }
+                }
+            }
+        }
         let level = match spec.driver {
             DriverChoice::Landlock => Level::LandlockSeccomp,
             _ => Level::Namespaces,
@@ -302,10 +377,13 @@ impl Broker {
         if spec.limits.cpu_millicores.is_some() {
             required_extra.push("cpu_limit".to_string());
         }
+        if spec.limits.disk_bytes.is_some() {
+            required_extra.push("disk_budget".to_string());
+        }
 
         // The fallback level shares the host's /tmp: give it a private one.
         let scratch = if level == Level::LandlockSeccomp || spec.driver == DriverChoice::Auto {
-            Some(make_scratch(&name)?)
+            Some(make_scratch(&name, (outer_uid, outer_gid))?)
         } else {
             None
         };
@@ -331,8 +409,11 @@ impl Broker {
             readonly: spec.readonly.clone(),
             mounts: spec.mounts.clone(),
             secret_files: spec.secret_files.clone(),
-            outer_uid: nix::unistd::geteuid().as_raw(),
-            outer_gid: nix::unistd::getegid().as_raw(),
+            outer_uid,
+            outer_gid,
+            switch_ids: root,
+            host_ids,
+            root_ids: spec.root_ids.clone(),
             rlimits: Rlimits {
                 nofile: spec.limits.nofile.unwrap_or(spec::DEFAULT_NOFILE),
                 nproc: pids,
@@ -344,6 +425,7 @@ impl Broker {
                 address_space,
             },
             tmp_bytes: spec.limits.tmp_bytes.unwrap_or(spec::DEFAULT_TMP_BYTES),
+            disk_budget: spec.limits.disk_bytes,
             scratch: scratch.clone(),
             require_containment: spec.require_containment,
             required_extra,
@@ -524,6 +606,8 @@ impl Broker {
 
         let mut report = None;
         let mut exit = None;
+        let mut disk_exhausted = false;
+        let mut commit_errors = Vec::new();
         for e in events {
             match e {
                 InitEvent::Ready { report: r } => report = Some(r),
@@ -546,6 +630,16 @@ impl Broker {
                     });
                 }
                 InitEvent::Exited { code, signal } => exit = Some((code, signal)),
+                InitEvent::Budget {
+                    root,
+                    exhausted,
+                    error,
+                } => {
+                    disk_exhausted |= exhausted;
+                    if let Some(e) = error {
+                        commit_errors.push(format!("{}: {e}", root.display()));
+                    }
+                }
                 InitEvent::Timing { stage, t_ns } => marks.push((stage, t_ns)),
             }
         }
@@ -582,6 +676,9 @@ impl Broker {
         if pids_hit {
             limit_hits.push("pids".into());
         }
+        if disk_exhausted {
+            limit_hits.push("disk".into());
+        }
         if stdout.truncated() {
             limit_hits.push("stdout".into());
         }
@@ -598,6 +695,7 @@ impl Broker {
             stderr,
             containment,
             limit_hits,
+            commit_errors,
             executable: exe.identity().clone(),
             timings: {
                 marks.sort_by_key(|(_, t)| *t);
@@ -635,15 +733,71 @@ fn spawn_drains(
     (out_rx, err_rx)
 }
 
-fn make_scratch(name: &str) -> std::io::Result<PathBuf> {
+fn make_scratch(name: &str, (uid, gid): (u32, u32)) -> std::io::Result<PathBuf> {
     use std::os::unix::fs::DirBuilderExt;
-    let dir = std::env::temp_dir().join(format!("{name}-scratch"));
-    std::fs::DirBuilder::new().mode(0o700).create(&dir)?;
+    // The name can already exist: left by a broker that died and had this
+    // process's pid (pids are reused), or planted by someone else in a
+    // shared /tmp. Never reuse it (create_dir does not follow a link
+    // either); take the next free name.
+    let mut k = 0u32;
+    let dir = loop {
+        let dir = match k {
+            0 => std::env::temp_dir().join(format!("{name}-scratch")),
+            k => std::env::temp_dir().join(format!("{name}-{k}-scratch")),
+        };
+        match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+            Ok(()) => break dir,
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && k < 100 => k += 1,
+            Err(e) => return Err(e),
+        }
+    };
     if nix::unistd::geteuid().is_root() {
-        // The fallback level drops root to nobody, who must own its scratch.
-        std::os::unix::fs::chown(&dir, Some(65534), Some(65534))?;
+        // The fallback level drops root to the sandbox ids, which must own
+        // its scratch.
+        std::os::unix::fs::chown(&dir, Some(uid), Some(gid))?;
     }
     Ok(dir)
+}
+
+/// Access grants on writable roots, undone when the launch ends (also on
+/// every early return). A broker killed with SIGKILL leaves the ACL entry
+/// for the sandbox uid in place; it grants nothing to anyone else.
+struct Grants(Vec<crate::hostfs::AccessGrant>);
+
+impl Drop for Grants {
+    fn drop(&mut self) {
+        for g in self.0.drain(..) {
+            let _ = g.restore();
+        }
+    }
+}
+
+/// Removes the fallback scratch directories (`airlock-<pid>-<n>[-k]-scratch`
+/// in the temporary directory) of brokers that are no longer running and
+/// that this user may remove.
+fn remove_stale_scratch() {
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("airlock-"))
+            .and_then(|n| n.strip_suffix("-scratch"))
+            .and_then(|n| n.split('-').next())
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let is_dir = e.file_type().is_ok_and(|t| t.is_dir());
+        if is_dir
+            && pid != std::process::id()
+            && !std::path::Path::new("/proc").join(pid.to_string()).exists()
+        {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
 }
 
 /// A pipe whose ends are numbered above the fixed init descriptors, so that
@@ -753,6 +907,7 @@ fn run_uncontained(
         stderr,
         containment,
         limit_hits,
+        commit_errors: Vec::new(),
         executable: exe.identity().clone(),
         timings: Vec::new(),
     })

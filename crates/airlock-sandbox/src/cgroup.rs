@@ -6,9 +6,21 @@
 //! applied or not. A v2 group, even one without controllers, gives
 //! `cgroup.kill`, which kills every descendant atomically; on v1 the group's
 //! processes are killed in a loop until it is empty.
+//!
+//! Delegation: a v2 group that systemd delegated (`Delegate=yes`, marked
+//! with the `trusted.delegate` or `user.delegate` extended attribute), or
+//! one our own uid owns, is ours to arrange. When its controllers are
+//! available but not enabled for children, the broker enables them,
+//! first moving itself into a leaf `airlock-broker-<pid>` if the "no
+//! internal processes" rule requires it. That is how an unprivileged user
+//! gets real memory, pids and CPU limits (README: cgroup delegation).
+//!
+//! Group names carry the broker's pid (`airlock-<pid>-<n>`), so that
+//! [`remove_stale`] can remove the groups of a broker that died.
 
 use std::fs;
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 use crate::report::Guarantee;
 
@@ -137,11 +149,22 @@ impl Cgroup {
         let mounts = mounts();
         let own = own_paths();
 
-        // cgroup v2: a leaf under our own group.
+        // cgroup v2: a leaf under our own group (or under the delegated
+        // group we moved out of).
         if let Some(m) = mounts.iter().find(|m| m.v2)
             && let Some((_, path)) = own.iter().find(|(c, _)| c.is_empty())
-            && let Some(parent) = dir_for(m, path)
+            && let Some(own_dir) = dir_for(m, path)
         {
+            let wanted: Vec<&str> = [
+                ("memory", limits.memory_bytes.is_some()),
+                ("pids", limits.pids.is_some()),
+                ("cpu", limits.cpu_millicores.is_some()),
+            ]
+            .iter()
+            .filter(|(_, w)| *w)
+            .map(|(c, _)| *c)
+            .collect();
+            let parent = prepare_v2_parent(own_dir, &wanted);
             let dir = parent.join(name);
             if fs::create_dir(&dir).is_ok() {
                 let available =
@@ -360,6 +383,180 @@ impl Cgroup {
     }
 }
 
+/// Set when this process moved itself into a leaf of a delegated v2
+/// group: sandbox groups are then created beside that leaf.
+static MOVED_FROM: OnceLock<PathBuf> = OnceLock::new();
+
+/// The v2 group under which sandbox groups are created, with the wanted
+/// controllers enabled for its children when the group is delegated.
+fn prepare_v2_parent(own: PathBuf, wanted: &[&str]) -> PathBuf {
+    if let Some(p) = MOVED_FROM.get() {
+        return p.clone();
+    }
+    let words = |f: &str| -> Vec<String> {
+        fs::read_to_string(own.join(f))
+            .unwrap_or_default()
+            .split_whitespace()
+            .map(str::to_string)
+            .collect()
+    };
+    let available = words("cgroup.controllers");
+    let enabled = words("cgroup.subtree_control");
+    let missing: Vec<&str> = wanted
+        .iter()
+        .copied()
+        .filter(|c| available.iter().any(|a| a == c) && !enabled.iter().any(|e| e == c))
+        .collect();
+    if missing.is_empty() || !delegated(&own) {
+        return own;
+    }
+    let request = missing
+        .iter()
+        .map(|c| format!("+{c}"))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let control = own.join("cgroup.subtree_control");
+    match fs::write(&control, &request) {
+        Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
+            // "No internal processes": this process sits in the group.
+            let leaf = own.join(format!("airlock-broker-{}", std::process::id()));
+            let _ = fs::create_dir(&leaf);
+            if fs::write(leaf.join("cgroup.procs"), std::process::id().to_string()).is_ok() {
+                let _ = MOVED_FROM.set(own.clone());
+                let _ = fs::write(&control, &request);
+            }
+            own
+        }
+        _ => own,
+    }
+}
+
+/// Whether a v2 group was delegated to this process's user.
+fn delegated(dir: &Path) -> bool {
+    let marked = [c"trusted.delegate", c"user.delegate"].iter().any(|name| {
+        crate::sys::get_xattr(dir, name).is_ok_and(|v| v.as_deref() == Some(b"1".as_slice()))
+    });
+    let euid = nix::unistd::geteuid();
+    let ours = !euid.is_root()
+        && std::os::unix::fs::MetadataExt::uid(&match fs::metadata(dir) {
+            Ok(m) => m,
+            Err(_) => return marked,
+        }) == euid.as_raw();
+    marked || ours
+}
+
+/// A group left by a broker that is no longer running.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StaleGroup {
+    pub path: PathBuf,
+    pub removed: bool,
+    /// Why it could not be removed, when it was not.
+    pub error: Option<String>,
+}
+
+/// The broker pid in a group name this crate creates, if it is one.
+fn broker_pid(name: &str) -> Option<u32> {
+    let rest = name.strip_prefix("airlock-")?;
+    let (pid, tail) = match rest.strip_prefix("broker-") {
+        Some(pid) => (pid, None),
+        None => {
+            let (pid, n) = rest.split_once('-')?;
+            (pid, Some(n))
+        }
+    };
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    if !digits(pid) || tail.is_some_and(|n| !digits(n)) {
+        return None;
+    }
+    pid.parse().ok()
+}
+
+/// Removes the groups (`airlock-<pid>-<n>`, `airlock-broker-<pid>`) that a
+/// broker which is no longer running left beside this process's own
+/// groups, killing anything still inside them first. Called by the
+/// broker once per process before its first launch; also meant for a
+/// `doctor` command. Groups of a live broker are never touched: a pid that
+/// exists (even if reused by another program) keeps its groups.
+pub fn remove_stale() -> Vec<StaleGroup> {
+    let mounts = mounts();
+    let own = own_paths();
+    let mut parents: Vec<PathBuf> = Vec::new();
+    for m in &mounts {
+        let mine = own.iter().find(|(ctrls, _)| {
+            if m.v2 {
+                ctrls.is_empty()
+            } else {
+                !ctrls.is_empty()
+                    && ctrls
+                        .split(',')
+                        .any(|c| m.controllers.iter().any(|x| x == c))
+            }
+        });
+        if let Some((_, path)) = mine
+            && let Some(dir) = dir_for(m, path)
+        {
+            parents.push(dir);
+        }
+    }
+    parents.extend(MOVED_FROM.get().cloned());
+    parents.sort();
+    parents.dedup();
+    let mut out = Vec::new();
+    for parent in parents {
+        let Ok(entries) = fs::read_dir(&parent) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let name = e.file_name();
+            let Some(pid) = name.to_str().and_then(broker_pid) else {
+                continue;
+            };
+            if pid == std::process::id() || Path::new("/proc").join(pid.to_string()).exists() {
+                continue;
+            }
+            let path = e.path();
+            if !path.is_dir() {
+                continue;
+            }
+            let v2 = path.join("cgroup.kill").exists();
+            let cg = if v2 {
+                Cgroup {
+                    v2: Some(path.clone()),
+                    ..Cgroup::default()
+                }
+            } else {
+                Cgroup {
+                    v1: vec![(Controller::Pids, path.clone())],
+                    ..Cgroup::default()
+                }
+            };
+            cg.kill();
+            let mut error = None;
+            let mut removed = false;
+            for _ in 0..200 {
+                match fs::remove_dir(&path) {
+                    Ok(()) => {
+                        removed = true;
+                        break;
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                        removed = true;
+                        break;
+                    }
+                    Err(e) => error = Some(e.to_string()),
+                }
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            out.push(StaleGroup {
+                path,
+                removed,
+                error: if removed { None } else { error },
+            });
+        }
+    }
+    out
+}
+
 fn count_field(path: &Path, key: &str) -> u64 {
     fs::read_to_string(path)
         .unwrap_or_default()
@@ -369,4 +566,26 @@ fn count_field(path: &Path, key: &str) -> u64 {
             (k == key).then(|| v.trim().parse().ok()).flatten()
         })
         .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sbx_4_only_our_group_names_yield_a_broker_pid() {
+        assert_eq!(broker_pid("airlock-800-0"), Some(800));
+        assert_eq!(broker_pid("airlock-broker-42"), Some(42));
+        for other in [
+            "airlock-800-0-scratch",
+            "airlock-",
+            "airlock-x-1",
+            "airlock-1-",
+            "airlock-broker-",
+            "user.slice",
+            "airlockd-1-2",
+        ] {
+            assert_eq!(broker_pid(other), None, "{other}");
+        }
+    }
 }

@@ -20,7 +20,7 @@
 use std::ffi::CString;
 use std::fs::{self, File};
 use std::io::{Read, Write};
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt, symlink};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI32, Ordering};
@@ -81,14 +81,28 @@ const NEW_ROOT: &str = "/tmp";
 
 /// Entries of the sandbox's procfs re-mounted read-only: sysctls and the
 /// kernel's trigger files.
-pub const PROC_READ_ONLY: &[&str] = &[
-    "sys",
-    "sysrq-trigger",
-    "irq",
-    "bus",
-    "fs",
-    "latency_stats",
+pub const PROC_READ_ONLY: &[&str] = &["sys", "sysrq-trigger", "irq", "bus", "fs"];
+
+/// Entries of the sandbox's procfs replaced by an empty read-only file or
+/// directory. `keys` and `key-users` list the kernel keys (descriptions)
+/// and key quotas of the workload's host uid — the invoking user's, for an
+/// unprivileged broker; `timer_list` and `sched_debug` name host
+/// processes; the rest are raw kernel interfaces a workload has no use
+/// for. The other host-wide files (`cpuinfo`, `meminfo`, `stat`, …) stay
+/// readable and are listed in THREAT_MODEL.md.
+pub const PROC_MASKED: &[&str] = &[
+    "keys",
+    "key-users",
     "timer_list",
+    "sched_debug",
+    "latency_stats",
+    "kcore",
+    "kmsg",
+    "kpagecount",
+    "kpageflags",
+    "kpagecgroup",
+    "acpi",
+    "scsi",
 ];
 
 /// Sent by the broker when the grace period is over.
@@ -215,6 +229,25 @@ fn namespaces(spec: InitSpec, mut status: Status, exe: OwnedFd, go: Go) -> i32 {
         | CloneFlags::CLONE_NEWUTS
         | CloneFlags::CLONE_NEWCGROUP;
     status.mark(spec.timings, "init_started");
+    // A root broker's init opens every host source now, as root, as a
+    // detached mount tree (those survive the change of mount namespace),
+    // and then becomes the sandbox ids. The user namespace created below
+    // therefore belongs to the sandbox uid: the workload's host uid is
+    // never 0, and the kernel's per-user counts (inotify instances,
+    // message queues, pending signals) are charged to the sandbox uid,
+    // not to root.
+    let pre_opened = if spec.switch_ids {
+        let sources = match open_sources(&spec, Opener::Detached) {
+            Ok(s) => s,
+            Err((stage, e)) => return status.fail(stage, e),
+        };
+        if let Err(e) = become_ids(spec.outer_uid, spec.outer_gid) {
+            return status.fail("switch to the sandbox ids", e);
+        }
+        Some(sources)
+    } else {
+        None
+    };
     if let Err(e) = unshare(flags) {
         if spec.allow_fallback {
             let why = Guarantee::new(
@@ -272,7 +305,7 @@ fn namespaces(spec: InitSpec, mut status: Status, exe: OwnedFd, go: Go) -> i32 {
         }
         Ok(ForkResult::Child) => {
             let _ = sys::die_with_parent();
-            let code = pid_one(&spec, &mut status, exe, seccomp);
+            let code = pid_one(&spec, &mut status, exe, seccomp, pre_opened);
             // Exiting PID 1 tears the namespace down: every descendant dies.
             std::process::exit(code);
         }
@@ -285,6 +318,7 @@ fn pid_one(
     status: &mut Status,
     exe: OwnedFd,
     seccomp: Result<seccomp_policy::CompiledPolicy, seccomp_policy::SeccompError>,
+    pre_opened: Option<Sources>,
 ) -> i32 {
     let mut report = ContainmentReport {
         driver: Driver::Namespaces,
@@ -296,7 +330,10 @@ fn pid_one(
         (
             "user_namespace",
             true,
-            format!("uid {SANDBOX_UID} inside = host uid {}", spec.outer_uid),
+            format!(
+                "uid {SANDBOX_UID} inside = host uid {}, gid {SANDBOX_UID} = host gid {}",
+                spec.outer_uid, spec.outer_gid
+            ),
         ),
         ("mount_namespace", true, String::new()),
         ("pid_namespace", pid_isolated, String::new()),
@@ -307,9 +344,15 @@ fn pid_one(
     ] {
         report.push(Guarantee::new(name, ok, detail));
     }
+    report.push(host_uid_guarantee(spec));
     status.mark(spec.timings, "pid1_started");
-    match build_root(spec) {
-        Ok(proc_mounted) => {
+    let budgets = match build_root(spec, pre_opened) {
+        Ok(Built {
+            proc_mounted,
+            user_limits,
+            budgets,
+        }) => {
+            report.push(user_limits);
             report.push(Guarantee::new(
                 "private_root",
                 true,
@@ -324,8 +367,20 @@ fn pid_one(
                     "procfs could not be mounted; /proc is empty"
                 },
             ));
+            budgets
         }
         Err((stage, e)) => return status.fail(stage, e),
+    };
+    if let Some(bytes) = spec.disk_budget {
+        report.push(Guarantee::new(
+            "disk_budget",
+            true,
+            format!(
+                "{bytes} bytes and {} inodes of new data per writable root ({} budgeted): a private overlay on a capped tmpfs, committed to the root when the workload ends",
+                crate::budget::inodes_for(bytes),
+                budgets.len()
+            ),
+        ));
     }
     status.mark(spec.timings, "root_built");
     let _ = nix::unistd::sethostname("airlock");
@@ -413,6 +468,25 @@ fn pid_one(
                 }
             });
             status.mark(spec.timings, "workload_exited");
+            if !budgets.is_empty() {
+                // Nothing of the workload may run while its writes are
+                // read back: everything else in this namespace dies first.
+                let _ = kill(Pid::from_raw(-1), Signal::SIGKILL);
+                loop {
+                    match waitpid(Pid::from_raw(-1), Some(WaitPidFlag::__WALL)) {
+                        Err(nix::errno::Errno::ECHILD) => break,
+                        Err(nix::errno::Errno::EINTR) | Ok(_) => {}
+                        Err(_) => break,
+                    }
+                }
+                for b in &budgets {
+                    status.send(&InitEvent::Budget {
+                        root: b.path.clone(),
+                        exhausted: crate::budget::exhausted(b),
+                        error: crate::budget::commit(b).err(),
+                    });
+                }
+            }
             status.send(&exit);
             0
         }
@@ -497,65 +571,233 @@ struct Source {
     target: PathBuf,
     writable: bool,
     is_dir: bool,
+    /// `fd` is a detached mount tree (attach with `move_mount`), not a
+    /// path to bind.
+    detached: bool,
 }
 
-fn open_source(path: &Path, target: &Path, writable: bool) -> SetupResult<Option<Source>> {
+/// How bind sources are opened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Opener {
+    /// `O_PATH` descriptors, bound later through `/proc/self/fd` (by the
+    /// sandbox's PID 1, in its own mount namespace).
+    Path,
+    /// Detached copies (`open_tree(OPEN_TREE_CLONE)`), made by a root init
+    /// before it gives up root: they carry root's access to the host
+    /// (a writable root under a 0700 data directory, say) into a mount
+    /// namespace where nobody is root.
+    Detached,
+}
+
+/// Every host source of the new root.
+pub(crate) struct Sources {
+    system: Vec<Source>,
+    symlinks: Vec<(PathBuf, PathBuf)>,
+    devices: Vec<Source>,
+    roots: Vec<Source>,
+}
+
+fn finish_source(fd: OwnedFd, target: &Path, writable: bool, how: Opener) -> SetupResult<Source> {
+    let meta = stage("stat bind source", nix::sys::stat::fstat(&fd))?;
+    let is_dir = meta.st_mode & libc::S_IFMT == libc::S_IFDIR;
+    let (fd, detached) = match how {
+        Opener::Path => (fd, false),
+        Opener::Detached => (
+            stage("clone bind source", sys::open_tree_clone(fd.as_fd()))?,
+            true,
+        ),
+    };
+    Ok(Source {
+        fd,
+        target: target.to_path_buf(),
+        writable,
+        is_dir,
+        detached,
+    })
+}
+
+/// Opens a platform source (system directories, `/etc` entries, devices,
+/// the executable); `None` when it does not exist on this host.
+fn open_source(
+    path: &Path,
+    target: &Path,
+    writable: bool,
+    how: Opener,
+) -> SetupResult<Option<Source>> {
     use nix::fcntl::{OFlag, open};
     use nix::sys::stat::Mode;
-    let meta = match fs::metadata(path) {
-        Ok(m) => m,
-        Err(_) => return Ok(None),
-    };
+    if fs::metadata(path).is_err() {
+        return Ok(None);
+    }
     let fd = stage(
         "open bind source",
         open(path, OFlag::O_PATH | OFlag::O_CLOEXEC, Mode::empty()),
     )?;
-    Ok(Some(Source {
-        fd,
-        target: target.to_path_buf(),
-        writable,
-        is_dir: meta.is_dir(),
-    }))
+    finish_source(fd, target, writable, how).map(Some)
 }
 
-/// Opens a caller-chosen root. Roots were canonicalised when the spec was
-/// parsed, so no component may be a symlink now: one that is was swapped in
-/// since (e.g. by another sandbox that can write a parent directory), and
-/// following it could bind an arbitrary host directory.
-fn open_root(path: &Path, writable: bool) -> SetupResult<Option<Source>> {
-    open_root_at(path, path, writable)
-}
-
-fn open_root_at(path: &Path, target: &Path, writable: bool) -> SetupResult<Option<Source>> {
-    use nix::fcntl::{OFlag, OpenHow, ResolveFlag, openat2};
-    let how = OpenHow::new()
-        .flags(OFlag::O_PATH | OFlag::O_CLOEXEC)
-        .resolve(ResolveFlag::RESOLVE_NO_SYMLINKS | ResolveFlag::RESOLVE_NO_MAGICLINKS);
-    let fd = match openat2(nix::fcntl::AT_FDCWD, path, how) {
-        Ok(fd) => fd,
-        Err(nix::errno::Errno::ENOSYS) => return open_source(path, target, writable),
-        Err(e) => {
-            return Err((
-                "open root",
-                format!(
-                    "{}: {e} (changed since the spec was parsed?)",
-                    path.display()
-                ),
-            ));
+/// Opens a caller-chosen root (or a mount source) without following any
+/// symbolic link, from `/` or — when it lies inside a root opened before
+/// it — beneath that root's descriptor, and checks that it is still the
+/// file that was parsed. A link or another directory swapped in since (by
+/// another sandbox that can write a parent, say) refuses the launch.
+fn open_root(
+    path: &Path,
+    target: &Path,
+    writable: bool,
+    how: Opener,
+    spec: &InitSpec,
+    opened: &mut Vec<(PathBuf, OwnedFd)>,
+) -> SetupResult<Source> {
+    use nix::fcntl::OFlag;
+    let changed = |e: String| {
+        (
+            "open root",
+            format!(
+                "{}: {e} (changed since the spec was parsed?)",
+                path.display()
+            ),
+        )
+    };
+    let parent = opened
+        .iter()
+        .filter(|(p, _)| path.starts_with(p) && path != p)
+        .max_by_key(|(p, _)| p.components().count());
+    let fd = match parent {
+        Some((p, pfd)) => {
+            let rel = path.strip_prefix(p).unwrap_or(path);
+            crate::hostfs::open_beneath(pfd.as_fd(), rel, OFlag::O_PATH)
+                .map_err(|e| changed(e.to_string()))?
+        }
+        None => {
+            crate::hostfs::open_nofollow(path, OFlag::O_PATH).map_err(|e| changed(e.to_string()))?
         }
     };
-    let meta = stage("stat root", nix::sys::stat::fstat(&fd))?;
-    Ok(Some(Source {
-        fd,
-        target: target.to_path_buf(),
-        writable,
-        is_dir: meta.st_mode & libc::S_IFMT == libc::S_IFDIR,
-    }))
+    let st = stage("stat root", nix::sys::stat::fstat(&fd))?;
+    if let Some((_, id)) = spec.root_ids.iter().find(|(p, _)| p == path)
+        && *id != crate::hostfs::FileId::of(&st)
+    {
+        return Err(changed("another file is at this path now".into()));
+    }
+    let keep = stage("open root", sys::dup_above(&fd, 10))?;
+    opened.push((path.to_path_buf(), keep));
+    finish_source(fd, target, writable, how)
 }
 
-/// Builds the new root on a tmpfs and pivots into it. Returns whether a
-/// fresh procfs was mounted.
-fn build_root(spec: &InitSpec) -> SetupResult<bool> {
+/// Opens every host source of the new root while the host tree is visible.
+fn open_sources(spec: &InitSpec, how: Opener) -> SetupResult<Sources> {
+    let mut system = Vec::new();
+    let mut symlinks = Vec::new();
+    for dir in SYSTEM_DIRS {
+        let p = Path::new(dir);
+        match fs::symlink_metadata(p) {
+            Ok(m) if m.file_type().is_symlink() => {
+                if let Ok(t) = fs::read_link(p) {
+                    symlinks.push((p.to_path_buf(), t));
+                }
+            }
+            Ok(_) => system.extend(open_source(p, p, false, how)?),
+            Err(_) => {}
+        }
+    }
+    for e in ETC_ENTRIES {
+        system.extend(open_source(Path::new(e), Path::new(e), false, how)?);
+    }
+    let mut devices = Vec::new();
+    for d in DEVICES {
+        let p = Path::new("/dev").join(d);
+        devices.extend(open_source(&p, &p, true, how)?);
+    }
+    // Roots and mount sources, shallowest host path first, so that one
+    // inside another is opened beneath it.
+    let mut wanted: Vec<(&Path, &Path, bool)> = Vec::new();
+    wanted.extend(
+        spec.writable
+            .iter()
+            .map(|w| (w.as_path(), w.as_path(), true)),
+    );
+    wanted.extend(
+        spec.readonly
+            .iter()
+            .map(|r| (r.as_path(), r.as_path(), false)),
+    );
+    wanted.extend(
+        spec.mounts
+            .iter()
+            .map(|m| (m.source.as_path(), m.target.as_path(), m.writable)),
+    );
+    wanted.sort_by_key(|(p, _, _)| p.components().count());
+    let mut opened = Vec::new();
+    let mut roots = Vec::new();
+    for (path, target, writable) in wanted {
+        roots.push(open_root(path, target, writable, how, spec, &mut opened)?);
+    }
+    let covered = SYSTEM_DIRS
+        .iter()
+        .map(Path::new)
+        .chain(spec.writable.iter().map(PathBuf::as_path))
+        .chain(spec.readonly.iter().map(PathBuf::as_path))
+        .any(|r| spec.exe.path.starts_with(r));
+    if !covered {
+        roots.extend(open_source(&spec.exe.path, &spec.exe.path, false, how)?);
+    }
+    // Parents before children.
+    roots.sort_by_key(|s| s.target.components().count());
+    Ok(Sources {
+        system,
+        symlinks,
+        devices,
+        roots,
+    })
+}
+
+/// Gives up root for the sandbox ids (root broker only). Without
+/// `SECBIT_KEEP_CAPS` the change clears every capability.
+fn become_ids(uid: u32, gid: u32) -> Result<(), String> {
+    use nix::unistd::{Gid, Uid, setgroups, setresgid, setresuid};
+    if uid == 0 || gid == 0 {
+        return Err("refusing to map the sandbox to host id 0".into());
+    }
+    let g = Gid::from_raw(gid);
+    let u = Uid::from_raw(uid);
+    setgroups(&[])
+        .and_then(|()| setresgid(g, g, g))
+        .and_then(|()| setresuid(u, u, u))
+        .map_err(|e| e.to_string())?;
+    let ids = nix::unistd::getresuid().map_err(|e| e.to_string())?;
+    if [ids.real, ids.effective, ids.saved]
+        .iter()
+        .any(|i| i.as_raw() != uid)
+    {
+        return Err("the uid change did not take".into());
+    }
+    // The uid change made this process non-dumpable, which hands its
+    // /proc/self files to root; the maps below must be written by this
+    // process itself. It becomes non-dumpable again right after them.
+    nix::sys::prctl::set_dumpable(true).map_err(|e| e.to_string())
+}
+
+/// The `unprivileged_host_uid` guarantee: which host uid the workload is.
+fn host_uid_guarantee(spec: &InitSpec) -> Guarantee {
+    Guarantee::new(
+        "unprivileged_host_uid",
+        spec.outer_uid != 0 && spec.outer_gid != 0,
+        format!(
+            "host uid {}, gid {} ({})",
+            spec.outer_uid, spec.outer_gid, spec.host_ids
+        ),
+    )
+}
+
+/// What building the root established besides the mounts.
+struct Built {
+    proc_mounted: bool,
+    user_limits: Guarantee,
+    budgets: Vec<crate::budget::Budgeted>,
+}
+
+/// Builds the new root on a tmpfs and pivots into it.
+fn build_root(spec: &InitSpec, pre_opened: Option<Sources>) -> SetupResult<Built> {
     stage(
         "make mounts private",
         mount(
@@ -567,53 +809,17 @@ fn build_root(spec: &InitSpec) -> SetupResult<bool> {
         ),
     )?;
 
-    // 1. Open every bind source while the host tree is still visible.
-    let mut sources = Vec::new();
-    let mut symlinks = Vec::new();
-    for dir in SYSTEM_DIRS {
-        let p = Path::new(dir);
-        match fs::symlink_metadata(p) {
-            Ok(m) if m.file_type().is_symlink() => {
-                if let Ok(t) = fs::read_link(p) {
-                    symlinks.push((p.to_path_buf(), t));
-                }
-            }
-            Ok(_) => sources.extend(open_source(p, p, false)?),
-            Err(_) => {}
-        }
-    }
-    for e in ETC_ENTRIES {
-        sources.extend(open_source(Path::new(e), Path::new(e), false)?);
-    }
-    let mut devices = Vec::new();
-    for d in DEVICES {
-        let p = Path::new("/dev").join(d);
-        devices.extend(open_source(&p, &p, true)?);
-    }
-    let mut roots: Vec<Source> = Vec::new();
-    for w in &spec.writable {
-        roots.extend(open_root(w, true)?);
-    }
-    for r in &spec.readonly {
-        roots.extend(open_root(r, false)?);
-    }
-    for m in &spec.mounts {
-        match open_root_at(&m.source, &m.target, m.writable)? {
-            Some(s) => roots.push(s),
-            None => return Err(("mount", format!("{} is gone", m.source.display()))),
-        }
-    }
-    let covered = SYSTEM_DIRS
-        .iter()
-        .map(Path::new)
-        .chain(spec.writable.iter().map(PathBuf::as_path))
-        .chain(spec.readonly.iter().map(PathBuf::as_path))
-        .any(|r| spec.exe.path.starts_with(r));
-    if !covered {
-        roots.extend(open_source(&spec.exe.path, &spec.exe.path, false)?);
-    }
-    // Parents before children.
-    roots.sort_by_key(|s| s.target.components().count());
+    // 1. Every bind source, opened while the host tree is still visible
+    // (by the root init before it gave up root, or now).
+    let Sources {
+        system: sources,
+        symlinks,
+        devices,
+        roots,
+    } = match pre_opened {
+        Some(s) => s,
+        None => open_sources(spec, Opener::Path)?,
+    };
 
     // 2. The new root.
     let root = Path::new(NEW_ROOT);
@@ -624,7 +830,7 @@ fn build_root(spec: &InitSpec) -> SetupResult<bool> {
             root,
             Some("tmpfs"),
             MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
-            Some("mode=0755,size=16m"),
+            Some(tmpfs_options("0755", 16 << 20).as_str()),
         ),
     )?;
     let under = |p: &Path| root.join(p.strip_prefix("/").unwrap_or(p));
@@ -648,9 +854,63 @@ fn build_root(spec: &InitSpec) -> SetupResult<bool> {
         None::<&str>,
     )
     .is_ok();
+    let mut user_limits = Guarantee::new("per_user_limits", false, "no procfs");
     if proc_mounted {
-        // Kernel tunables and triggers stay read-only even for a workload
-        // whose host uid is 0 (root broker, identity uid map).
+        // Before /proc/sys turns read-only: this user namespace's own caps
+        // on the kernel's per-user counts.
+        user_limits = cap_user_namespace(spec, &proc_dir);
+        // Host information keyed by user (key descriptions and quotas) or
+        // naming host processes (timers, scheduler and latency tables),
+        // and the raw kernel interfaces: an empty read-only file or
+        // directory in their place.
+        for entry in PROC_MASKED {
+            let p = proc_dir.join(entry);
+            let Ok(meta) = fs::symlink_metadata(&p) else {
+                continue;
+            };
+            if meta.is_dir() {
+                stage(
+                    "mask /proc entry",
+                    mount(
+                        Some("tmpfs"),
+                        &p,
+                        Some("tmpfs"),
+                        MsFlags::MS_RDONLY
+                            | MsFlags::MS_NOSUID
+                            | MsFlags::MS_NODEV
+                            | MsFlags::MS_NOEXEC,
+                        Some("size=4k,nr_inodes=1,mode=0555"),
+                    ),
+                )?;
+            } else {
+                stage(
+                    "mask /proc entry",
+                    mount(
+                        Some("/dev/null"),
+                        &p,
+                        None::<&str>,
+                        MsFlags::MS_BIND,
+                        None::<&str>,
+                    ),
+                )?;
+                stage(
+                    "mask /proc entry",
+                    mount(
+                        None::<&str>,
+                        &p,
+                        None::<&str>,
+                        MsFlags::MS_BIND
+                            | MsFlags::MS_REMOUNT
+                            | MsFlags::MS_RDONLY
+                            | MsFlags::MS_NOSUID
+                            | MsFlags::MS_NOEXEC,
+                        None::<&str>,
+                    ),
+                )?;
+            }
+        }
+        // Kernel tunables and triggers stay read-only whatever the
+        // workload's host uid.
         for entry in PROC_READ_ONLY {
             let p = proc_dir.join(entry);
             if p.exists() {
@@ -684,7 +944,7 @@ fn build_root(spec: &InitSpec) -> SetupResult<bool> {
             &dev,
             Some("tmpfs"),
             MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC,
-            Some("mode=0755,size=64k"),
+            Some(tmpfs_options("0755", 64 << 10).as_str()),
         ),
     )?;
     for s in &devices {
@@ -707,7 +967,7 @@ fn build_root(spec: &InitSpec) -> SetupResult<bool> {
             &shm,
             Some("tmpfs"),
             MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
-            Some("mode=1777,size=64m"),
+            Some(tmpfs_options("1777", SHM_BYTES).as_str()),
         ),
     )?;
 
@@ -721,13 +981,29 @@ fn build_root(spec: &InitSpec) -> SetupResult<bool> {
             &tmp,
             Some("tmpfs"),
             MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
-            Some(format!("mode=1777,size={}", spec.tmp_bytes).as_str()),
+            Some(tmpfs_options("1777", spec.tmp_bytes).as_str()),
         ),
     )?;
 
-    // Writable and read-only roots, parents first.
+    // Writable and read-only roots, parents first. A budgeted writable
+    // root gets its overlay right after its bind, before any root nested
+    // in it is bound on top.
+    let mut budgets = Vec::new();
     for s in &roots {
-        bind(s, &under(&s.target))?;
+        let target = under(&s.target);
+        bind(s, &target)?;
+        let is_root = spec.writable.contains(&s.target);
+        if let Some(bytes) = spec
+            .disk_budget
+            .filter(|_| s.writable && s.is_dir && is_root)
+        {
+            budgets.push(crate::budget::mount_over(
+                root,
+                &target,
+                budgets.len(),
+                bytes,
+            )?);
+        }
     }
 
     // KEY-5: declared secrets as read-only files on a private tmpfs; the
@@ -742,7 +1018,7 @@ fn build_root(spec: &InitSpec) -> SetupResult<bool> {
                 &dir,
                 Some("tmpfs"),
                 MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
-                Some("mode=0500,size=4m"),
+                Some(tmpfs_options("0500", 4 << 20).as_str()),
             ),
         )?;
         for f in &spec.secret_files {
@@ -765,7 +1041,7 @@ fn build_root(spec: &InitSpec) -> SetupResult<bool> {
                 &dir,
                 None::<&str>,
                 ro,
-                Some("mode=0500,size=4m"),
+                Some(tmpfs_options("0500", 4 << 20).as_str()),
             ),
         )?;
     }
@@ -782,7 +1058,7 @@ fn build_root(spec: &InitSpec) -> SetupResult<bool> {
         "/dev",
         None::<&str>,
         MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC,
-        Some("mode=0755,size=64k"),
+        Some(tmpfs_options("0755", 64 << 10).as_str()),
     );
     stage(
         "remount root read-only",
@@ -791,11 +1067,94 @@ fn build_root(spec: &InitSpec) -> SetupResult<bool> {
             "/",
             None::<&str>,
             MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
-            Some("mode=0755,size=16m"),
+            Some(tmpfs_options("0755", 16 << 20).as_str()),
         ),
     )?;
-    Ok(proc_mounted)
+    Ok(Built {
+        proc_mounted,
+        user_limits,
+        budgets,
+    })
 }
+
+/// Size of the private `/dev/shm`.
+pub const SHM_BYTES: u64 = 64 << 20;
+
+/// Options of one of the sandbox's tmpfs mounts. `size=` bounds the pages
+/// of its files but not their inodes and dentries (about 1 KiB of kernel
+/// memory each, counted by no rlimit), so the inode count is capped too:
+/// one per 4 KiB page of the size, which keeps that kernel memory within
+/// about a quarter of the size.
+fn tmpfs_options(mode: &str, bytes: u64) -> String {
+    format!(
+        "mode={mode},size={bytes},nr_inodes={}",
+        (bytes / 4096).max(64)
+    )
+}
+
+/// Caps of this user namespace's share of the kernel's per-user counts.
+///
+/// Those counts are kept per user namespace and charged up the chain to
+/// the namespace's owner: the sandbox uid for a root broker, the invoking
+/// user otherwise. These caps bound what one sandbox can take of its
+/// owner's allowance (so that a workload cannot use every inotify instance
+/// of the user who launched it), and forbid new namespaces of every kind
+/// inside (seccomp refuses them already; this holds even without it).
+fn cap_user_namespace(spec: &InitSpec, proc_dir: &Path) -> Guarantee {
+    let dir = proc_dir.join("sys/user");
+    let read = |name: &str| -> Option<u64> {
+        fs::read_to_string(dir.join(name)).ok()?.trim().parse().ok()
+    };
+    let mut applied = Vec::new();
+    let mut failed = Vec::new();
+    for (name, cap) in USER_NAMESPACE_CAPS {
+        let Some(current) = read(name) else { continue };
+        let value = match cap {
+            UserCap::Zero => 0,
+            UserCap::AtMost(n) => current.min(*n),
+        };
+        match fs::write(dir.join(name), value.to_string()) {
+            Ok(()) => applied.push(format!("{name}={value}")),
+            Err(e) => failed.push(format!("{name}: {e}")),
+        }
+    }
+    let owner = if spec.switch_ids {
+        format!("charged to the sandbox uid {}", spec.outer_uid)
+    } else {
+        format!("charged to the invoking uid {}", spec.outer_uid)
+    };
+    Guarantee::new(
+        "per_user_limits",
+        failed.is_empty() && !applied.is_empty(),
+        if failed.is_empty() {
+            format!("{owner}; this sandbox's share: {}", applied.join(" "))
+        } else {
+            format!("{owner}; could not cap: {}", failed.join(", "))
+        },
+    )
+}
+
+#[derive(Debug, Clone, Copy)]
+enum UserCap {
+    Zero,
+    AtMost(u64),
+}
+
+/// `/proc/sys/user` limits set inside every sandbox's user namespace.
+const USER_NAMESPACE_CAPS: &[(&str, UserCap)] = &[
+    ("max_inotify_instances", UserCap::AtMost(16)),
+    ("max_inotify_watches", UserCap::AtMost(65_536)),
+    ("max_fanotify_groups", UserCap::Zero),
+    ("max_fanotify_marks", UserCap::Zero),
+    ("max_user_namespaces", UserCap::Zero),
+    ("max_mnt_namespaces", UserCap::Zero),
+    ("max_pid_namespaces", UserCap::Zero),
+    ("max_net_namespaces", UserCap::Zero),
+    ("max_ipc_namespaces", UserCap::Zero),
+    ("max_uts_namespaces", UserCap::Zero),
+    ("max_cgroup_namespaces", UserCap::Zero),
+    ("max_time_namespaces", UserCap::Zero),
+];
 
 fn mkdirs(p: &Path) -> std::io::Result<()> {
     fs::DirBuilder::new().recursive(true).mode(0o755).create(p)
@@ -815,17 +1174,21 @@ fn bind(s: &Source, target: &Path) -> SetupResult<()> {
             stage("create mount point", File::create(target))?;
         }
     }
-    let src = format!("/proc/self/fd/{}", s.fd.as_raw_fd());
-    stage(
-        "bind mount",
-        mount(
-            Some(src.as_str()),
-            target,
-            None::<&str>,
-            MsFlags::MS_BIND | MsFlags::MS_REC,
-            None::<&str>,
-        ),
-    )?;
+    if s.detached {
+        stage("attach bind", sys::move_mount_to(s.fd.as_fd(), target))?;
+    } else {
+        let src = format!("/proc/self/fd/{}", s.fd.as_raw_fd());
+        stage(
+            "bind mount",
+            mount(
+                Some(src.as_str()),
+                target,
+                None::<&str>,
+                MsFlags::MS_BIND | MsFlags::MS_REC,
+                None::<&str>,
+            ),
+        )?;
+    }
     let locked = stage("statvfs", nix::sys::statvfs::statvfs(target))?.flags();
     use nix::sys::statvfs::FsFlags;
     let mut flags = MsFlags::MS_BIND | MsFlags::MS_REMOUNT | MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
@@ -930,35 +1293,55 @@ fn workload(
     }
     report.push(Guarantee::new("rlimits", rl_ok, applied.join(" ")));
     if let Some(a) = r.address_space {
+        // RLIMIT_AS is not a memory limit: it caps each process's address
+        // space, and pages that are never mapped — a memfd or tmpfs file
+        // filled with write(2), pipe and socket buffers, inodes and other
+        // kernel objects — are not counted at all (a workload held
+        // 320 MiB in a memfd under --memory 64). So the memory guarantee
+        // is reported as not in force, and --require-containment --memory
+        // refuses; the address-space cap is reported for what it is.
+        report.push(Guarantee::new(
+            "address_space_limit",
+            rl_ok,
+            format!("{a} bytes per process via RLIMIT_AS"),
+        ));
         report.push(Guarantee::new(
             "memory_limit",
-            rl_ok,
-            format!("{a} via RLIMIT_AS (no cgroup memory controller available)"),
+            false,
+            "no writable cgroup memory controller: RLIMIT_AS caps each process's address space only (memfd and tmpfs pages written with write(2), pipe and socket buffers and kernel objects are not counted); run airlock in a delegated cgroup (README: cgroup delegation)",
         ));
     }
 
     if report.level == Level::LandlockSeccomp && nix::unistd::geteuid().is_root() {
-        // No user namespace to make "root" harmless: become nobody. The
-        // uid change clears every capability; the bounding set goes first.
-        let caps = sys::drop_all_capabilities_then(|| {
-            let nobody = nix::unistd::Gid::from_raw(65534);
-            nix::unistd::setgroups(&[])
-                .and_then(|()| nix::unistd::setresgid(nobody, nobody, nobody))
-                .and_then(|()| {
-                    let u = nix::unistd::Uid::from_raw(65534);
-                    nix::unistd::setresuid(u, u, u)
-                })
-                .is_ok()
-        });
+        // No user namespace to make "root" harmless: become the sandbox
+        // ids (never 0; see crate::subid). The uid change clears every
+        // capability; the bounding set goes first.
+        let (uid, gid) = (spec.outer_uid, spec.outer_gid);
+        let caps = uid != 0
+            && gid != 0
+            && sys::drop_all_capabilities_then(|| {
+                let g = nix::unistd::Gid::from_raw(gid);
+                let u = nix::unistd::Uid::from_raw(uid);
+                nix::unistd::setgroups(&[])
+                    .and_then(|()| nix::unistd::setresgid(g, g, g))
+                    .and_then(|()| nix::unistd::setresuid(u, u, u))
+                    .is_ok()
+            });
+        if !caps || nix::unistd::geteuid().is_root() {
+            return status.fail("fallback", "could not give up root for the sandbox ids");
+        }
         report.push(Guarantee::new(
             "capabilities_dropped",
             caps,
-            "root dropped to uid 65534",
+            format!("root dropped to uid {uid}"),
         ));
+    }
+    if report.level == Level::LandlockSeccomp {
+        let uid = nix::unistd::geteuid();
         report.push(Guarantee::new(
             "non_root_uid",
-            !nix::unistd::geteuid().is_root(),
-            "uid 65534",
+            !uid.is_root(),
+            format!("host uid {uid}"),
         ));
     }
     if report.level == Level::Namespaces {
@@ -970,8 +1353,8 @@ fn workload(
         ));
         report.push(Guarantee::new(
             "non_root_uid",
-            nix::unistd::getuid().as_raw() == SANDBOX_UID,
-            format!("uid {SANDBOX_UID}"),
+            nix::unistd::getuid().as_raw() == SANDBOX_UID && spec.outer_uid != 0,
+            format!("uid {SANDBOX_UID} inside, host uid {}", spec.outer_uid),
         ));
     }
     let nnp = nix::sys::prctl::set_no_new_privs().is_ok();
@@ -1009,7 +1392,13 @@ fn workload(
         },
         None => Guarantee::new("seccomp", false, "no policy for this architecture"),
     };
+    let setid = seccomp_ok.in_force;
     report.push(seccomp_ok);
+    report.push(Guarantee::new(
+        "no_setid_files",
+        setid,
+        "chmod, fchmod, fchmodat, fchmodat2, open, openat, creat, mknod and mknodat refuse modes with S_ISUID or S_ISGID (seccomp); openat2 answers ENOSYS; mkdir cannot set them",
+    ));
     status.mark(spec.timings, "locked_down");
     report.push(Guarantee::new("dies_with_parent", true, "PR_SET_PDEATHSIG"));
 
@@ -1108,6 +1497,14 @@ fn fallback(
     }
     if report.get("user_namespace").is_none() {
         report.push(Guarantee::new("user_namespace", false, "fallback level"));
+    }
+    report.push(host_uid_guarantee(&spec));
+    if spec.disk_budget.is_some() {
+        report.push(Guarantee::new(
+            "disk_budget",
+            false,
+            "the fallback level has no mount namespace for the budget's overlay",
+        ));
     }
     report.push(Guarantee::new(
         "network_denied",

@@ -18,15 +18,18 @@
 //! runs, workers or HTTP. It never decides policy beyond what a spec says.
 
 pub mod broker;
+mod budget;
 pub mod cgroup;
 pub mod env;
 pub mod exe;
+mod hostfs;
 pub mod init;
 pub mod landlock_rules;
 pub mod output;
 pub mod report;
 pub mod seccomp_policy;
 pub mod spec;
+pub mod subid;
 mod sys;
 mod wire;
 
@@ -37,6 +40,7 @@ pub use spec::{
     DriverChoice, Limits, Mount, SECRETS_DIR, SandboxRequest, SandboxSpec, SecretBytes, SecretFile,
     SpecError,
 };
+pub use subid::{IdRange, SandboxIds, SubidChoice, SubidError};
 
 /// The hidden first argument that turns the airlock binary into the sandbox
 /// init process. The binary's `main` must call [`init::main_if_requested`]

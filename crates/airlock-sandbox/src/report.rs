@@ -66,6 +66,8 @@ pub const REQUIRED_AT_FULL_LEVEL: &[&str] = &[
     "seccomp",
     "landlock",
     "rlimits",
+    "unprivileged_host_uid",
+    "no_setid_files",
 ];
 
 impl ContainmentReport {

@@ -52,6 +52,12 @@ pub const NAMESPACE_FLAGS: u64 = (libc::CLONE_NEWUSER
 #[cfg(target_arch = "x86_64")]
 const SYS_OPEN_TREE_ATTR: i64 = 467;
 
+/// The set-user-ID and set-group-ID bits. No workload may create a file
+/// carrying them: a set-uid file left in a writable root runs with its
+/// owner's identity for whoever on the host executes it (see
+/// [`SETID_MODE_RULES`]).
+pub const SETID_BITS: u64 = (libc::S_ISUID | libc::S_ISGID) as u64;
+
 macro_rules! deny {
     ($name:literal, $nr:expr, $when:expr, $why:literal) => {
         DenyRule {
@@ -304,6 +310,12 @@ pub const DENY_RULES: &[DenyRule] = &[
         "host clock"
     ),
     deny!(
+        "adjtimex",
+        libc::SYS_adjtimex,
+        When::Always,
+        "host clock (the same call as clock_adjtime on CLOCK_REALTIME)"
+    ),
+    deny!(
         "open_by_handle_at",
         libc::SYS_open_by_handle_at,
         When::Always,
@@ -334,6 +346,109 @@ pub const DENY_RULES: &[DenyRule] = &[
         libc::SYS_fanotify_init,
         When::Always,
         "watch the whole filesystem"
+    ),
+    // Set-uid and set-gid files (SETID_BITS). Every call that takes a mode
+    // from the caller is listed with the index of its mode argument: the
+    // chmod family, and the calls that create an inode with a mode
+    // (open/openat/creat with O_CREAT or O_TMPFILE, mknod/mknodat, which
+    // can make regular files). A mode argument is ignored by the kernel
+    // when no inode is created, and libc passes 0 then, so the rule looks
+    // at the mode alone. What is not listed and why: mkdir/mkdirat (the
+    // kernel masks the mode with 01777, so it cannot carry either bit; a
+    // directory inherits S_ISGID only from a parent that already has it,
+    // which gives group inheritance, no privilege); openat2 (its mode is
+    // in memory where BPF cannot read it, so the guard program answers
+    // ENOSYS and callers fall back to openat); chown (the kernel clears
+    // both bits itself); setxattr of file capabilities (needs
+    // CAP_SETFCAP, which the workload does not have). umask only removes
+    // bits, so it cannot add one the caller did not ask for.
+    // Why a filter rather than clearing the bits when the run is collected:
+    // a sweep afterwards would leave the file set-uid while the run lasts
+    // (long enough for a local user to execute it) and would walk every
+    // writable root on every launch; refusing the mode means the bit is
+    // never on disk. For a root broker the files are also owned by the
+    // unprivileged sandbox uid (crate::subid), so even a bit that slipped
+    // through would not grant root.
+    deny!(
+        "chmod(setid)",
+        libc::SYS_chmod,
+        When::AnyFlag {
+            arg: 1,
+            mask: SETID_BITS
+        },
+        "set-uid/set-gid files"
+    ),
+    deny!(
+        "fchmod(setid)",
+        libc::SYS_fchmod,
+        When::AnyFlag {
+            arg: 1,
+            mask: SETID_BITS
+        },
+        "set-uid/set-gid files"
+    ),
+    deny!(
+        "fchmodat(setid)",
+        libc::SYS_fchmodat,
+        When::AnyFlag {
+            arg: 2,
+            mask: SETID_BITS
+        },
+        "set-uid/set-gid files"
+    ),
+    deny!(
+        "fchmodat2(setid)",
+        libc::SYS_fchmodat2,
+        When::AnyFlag {
+            arg: 2,
+            mask: SETID_BITS
+        },
+        "set-uid/set-gid files"
+    ),
+    deny!(
+        "open(setid)",
+        libc::SYS_open,
+        When::AnyFlag {
+            arg: 2,
+            mask: SETID_BITS
+        },
+        "set-uid/set-gid files"
+    ),
+    deny!(
+        "openat(setid)",
+        libc::SYS_openat,
+        When::AnyFlag {
+            arg: 3,
+            mask: SETID_BITS
+        },
+        "set-uid/set-gid files"
+    ),
+    deny!(
+        "creat(setid)",
+        libc::SYS_creat,
+        When::AnyFlag {
+            arg: 1,
+            mask: SETID_BITS
+        },
+        "set-uid/set-gid files"
+    ),
+    deny!(
+        "mknod(setid)",
+        libc::SYS_mknod,
+        When::AnyFlag {
+            arg: 1,
+            mask: SETID_BITS
+        },
+        "set-uid/set-gid files"
+    ),
+    deny!(
+        "mknodat(setid)",
+        libc::SYS_mknodat,
+        When::AnyFlag {
+            arg: 2,
+            mask: SETID_BITS
+        },
+        "set-uid/set-gid files"
     ),
 ];
 
@@ -437,6 +552,21 @@ pub fn compile(sockets: SocketPolicy, errno: u32) -> Result<CompiledPolicy, Secc
     if !conditions.is_empty() {
         socket_rules.push(SeccompRule::new(conditions).map_err(err)?);
     }
+    // socketpair(domain, …): only AF_UNIX, at every level. Without this
+    // rule the kernel creates the pair's first socket of any family (and
+    // runs that family's code) before it refuses the pair.
+    rules.entry(libc::SYS_socketpair).or_default().push(
+        SeccompRule::new(vec![
+            SeccompCondition::new(
+                0,
+                SeccompCmpArgLen::Dword,
+                SeccompCmpOp::Ne,
+                libc::AF_UNIX as u64,
+            )
+            .map_err(err)?,
+        ])
+        .map_err(err)?,
+    );
 
     let arch = std::env::consts::ARCH
         .try_into()
@@ -454,7 +584,9 @@ pub fn compile(sockets: SocketPolicy, errno: u32) -> Result<CompiledPolicy, Secc
     })
 }
 
-/// x32 syscalls and `clone3` answer `ENOSYS`.
+/// x32 syscalls, `clone3` and `openat2` answer `ENOSYS` (their flags or
+/// mode live in memory where BPF cannot see them; libc and runtimes fall
+/// back to `clone` and `openat`, whose arguments the deny list checks).
 fn guard_program() -> BpfProgram {
     const LD_W_ABS: u16 = 0x20; // BPF_LD | BPF_W | BPF_ABS
     const JMP_JGE_K: u16 = 0x05 | 0x30;
@@ -472,11 +604,16 @@ fn guard_program() -> BpfProgram {
     let jump = |code, k, jt, jf| sock_filter { code, jt, jf, k };
     #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
     let clone3 = libc::SYS_clone3 as u32;
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    let openat2 = libc::SYS_openat2 as u32;
     let enosys = SECCOMP_RET_ERRNO | libc::ENOSYS as u32;
+    // Jump offsets count from the next instruction; all three land on the
+    // final ENOSYS return.
     vec![
         stmt(LD_W_ABS, 0), // seccomp_data.nr
-        jump(JMP_JGE_K, X32_SYSCALL_BIT, 2, 0),
-        jump(JMP_JEQ_K, clone3, 1, 0),
+        jump(JMP_JGE_K, X32_SYSCALL_BIT, 3, 0),
+        jump(JMP_JEQ_K, clone3, 2, 0),
+        jump(JMP_JEQ_K, openat2, 1, 0),
         stmt(RET_K, SECCOMP_RET_ALLOW),
         stmt(RET_K, enosys),
     ]
@@ -548,8 +685,15 @@ mod tests {
     fn trigger_args(r: &DenyRule) -> [u64; 6] {
         let bad = u64::MAX; // invalid pointer / descriptor everywhere
         match (r.name, r.when) {
-            (_, When::AnyFlag { .. }) => {
+            (_, When::AnyFlag { mask, .. }) if mask == NAMESPACE_FLAGS => {
                 [libc::CLONE_NEWUSER as u64 | 0x8000_0000_0000, 0, 0, 0, 0, 0]
+            }
+            (_, When::AnyFlag { arg, mask }) => {
+                // Bad pointers and descriptors everywhere, the flagged bit
+                // in the mode argument.
+                let mut a = [bad; 6];
+                a[usize::from(arg)] = mask & mask.wrapping_neg();
+                a
             }
             (_, When::Equals { value, .. }) => [bad, value, 0, 0, 0, 0],
             ("reboot", _) => [0, 0, 0, 0, 0, 0], // wrong magic: EINVAL unfiltered
@@ -577,7 +721,7 @@ mod tests {
             if matches!(
                 rule.name,
                 "reboot" | "vhangup" | "acct" | "swapoff" | "swapon"
-            ) || matches!(rule.when, When::AnyFlag { .. })
+            ) || matches!(rule.when, When::AnyFlag { mask, .. } if mask == NAMESPACE_FLAGS)
             {
                 continue; // never run these unfiltered as root
             }
@@ -622,6 +766,97 @@ mod tests {
     }
 
     #[test]
+    fn sbx_3_socketpair_other_families_are_refused_before_creation() {
+        for policy in [
+            compile(SocketPolicy::UnixAndLoopbackInet, MARK).unwrap(),
+            compile(SocketPolicy::NoSockets, MARK).unwrap(),
+        ] {
+            for fam in [
+                libc::AF_NETLINK,
+                libc::AF_VSOCK,
+                libc::AF_INET,
+                libc::AF_PACKET,
+            ] {
+                let mut fds = [0i32; 2];
+                let e = errno_of(
+                    Some(&policy),
+                    libc::SYS_socketpair,
+                    [
+                        fam as u64,
+                        libc::SOCK_DGRAM as u64,
+                        0,
+                        fds.as_mut_ptr() as u64,
+                        0,
+                        0,
+                    ],
+                );
+                assert_eq!(e, MARK as i32, "family {fam}");
+            }
+        }
+        // Positive control: unfiltered, the kernel itself answers (it
+        // creates a socket, then refuses the pair), never with the marker.
+        let mut fds = [0i32; 2];
+        let e = errno_of(
+            None,
+            libc::SYS_socketpair,
+            [
+                libc::AF_NETLINK as u64,
+                libc::SOCK_RAW as u64,
+                0,
+                fds.as_mut_ptr() as u64,
+                0,
+                0,
+            ],
+        );
+        assert_eq!(e, libc::EOPNOTSUPP);
+    }
+
+    #[test]
+    fn sbx_3_setid_modes_are_refused_and_plain_modes_pass() {
+        let policy = compile(SocketPolicy::UnixAndLoopbackInet, MARK).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("f");
+        std::fs::write(&file, b"x").unwrap();
+        let path = std::ffi::CString::new(file.as_os_str().as_encoded_bytes()).unwrap();
+        let p = path.as_ptr() as u64;
+        for bits in [libc::S_ISUID, libc::S_ISGID, libc::S_ISUID | libc::S_ISGID] {
+            let mode = u64::from(0o755 | bits);
+            assert_eq!(
+                errno_of(Some(&policy), libc::SYS_chmod, [p, mode, 0, 0, 0, 0]),
+                MARK as i32
+            );
+            let at = libc::AT_FDCWD as u64;
+            assert_eq!(
+                errno_of(Some(&policy), libc::SYS_fchmodat, [at, p, mode, 0, 0, 0]),
+                MARK as i32
+            );
+            let creat = (libc::O_CREAT | libc::O_WRONLY) as u64;
+            assert_eq!(
+                errno_of(Some(&policy), libc::SYS_openat, [at, p, creat, mode, 0, 0]),
+                MARK as i32
+            );
+            let reg = u64::from(libc::S_IFREG | 0o755 | bits);
+            assert_eq!(
+                errno_of(Some(&policy), libc::SYS_mknodat, [at, p, reg, 0, 0, 0]),
+                MARK as i32
+            );
+        }
+        // Positive controls: the same calls without the bits pass the filter
+        // (chmod succeeds; the file is untouched by the refused calls).
+        assert_eq!(
+            errno_of(Some(&policy), libc::SYS_chmod, [p, 0o700, 0, 0, 0, 0]),
+            0
+        );
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&file).unwrap().permissions().mode() & 0o7777;
+        assert_eq!(mode, 0o700);
+        // …and unfiltered the set-uid chmod does what the filter prevents.
+        assert_eq!(errno_of(None, libc::SYS_chmod, [p, 0o4755, 0, 0, 0, 0]), 0);
+        let mode = std::fs::metadata(&file).unwrap().permissions().mode() & 0o7777;
+        assert_eq!(mode, 0o4755);
+    }
+
+    #[test]
     fn sbx_3_guard_refuses_x32_and_clone3() {
         let policy = compile(SocketPolicy::UnixAndLoopbackInet, MARK).unwrap();
         // x32 getpid (39 | X32 bit): ENOSYS from the guard even on kernels with x32.
@@ -633,5 +868,12 @@ mod tests {
             errno_of(Some(&policy), libc::SYS_clone3, [0; 6]),
             libc::ENOSYS
         );
+        assert_eq!(
+            errno_of(Some(&policy), libc::SYS_openat2, [0; 6]),
+            libc::ENOSYS
+        );
+        // Control: unfiltered, openat2 gets the kernel's own answer (the
+        // arguments are invalid), so ENOSYS above came from the guard.
+        assert_ne!(errno_of(None, libc::SYS_openat2, [0; 6]), libc::ENOSYS);
     }
 }

@@ -11,6 +11,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::env::{self, EnvError};
+use crate::hostfs::{self, FileId, NoFollowError};
 
 /// Which driver to use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -38,6 +39,9 @@ pub struct Limits {
     pub file_size_bytes: Option<u64>,
     /// Size of the private `/tmp` tmpfs, in bytes.
     pub tmp_bytes: Option<u64>,
+    /// Bytes each writable root may take in new or changed data (plus one
+    /// inode per 4 KiB); see [`crate::budget`]. `None`: no budget.
+    pub disk_bytes: Option<u64>,
 }
 
 pub const DEFAULT_PIDS: u64 = 256;
@@ -130,6 +134,9 @@ pub struct SandboxSpec {
     pub(crate) writable: Vec<PathBuf>,
     pub(crate) readonly: Vec<PathBuf>,
     pub(crate) mounts: Vec<Mount>,
+    /// Which file each root and mount source was when parsed; the sandbox
+    /// refuses to bind anything else at that path.
+    pub(crate) root_ids: Vec<(PathBuf, FileId)>,
     pub(crate) secret_files: Vec<SecretFile>,
     pub(crate) declared_env: BTreeMap<String, String>,
     pub(crate) platform_env: BTreeMap<String, String>,
@@ -154,6 +161,26 @@ pub enum SpecError {
     NotAbsolute { what: &'static str, path: PathBuf },
     #[error("{what} {path:?} does not exist or is not a directory")]
     NotADirectory { what: &'static str, path: PathBuf },
+    #[error("{what} {path:?} must not contain \"..\"")]
+    NotNormalised { what: &'static str, path: PathBuf },
+    #[error(
+        "{what} {path:?}: {link:?} is a symbolic link; roots are opened without following links, so pass the real path of a directory you control"
+    )]
+    SymlinkInPath {
+        what: &'static str,
+        path: PathBuf,
+        link: PathBuf,
+    },
+    #[error(
+        "read-only root {root:?} contains the Unix socket {socket:?}, which a sandbox could connect to; choose a narrower root"
+    )]
+    SocketInRoot { root: PathBuf, socket: PathBuf },
+    #[error("{what} {path:?} cannot be opened: {error}")]
+    Unopenable {
+        what: &'static str,
+        path: PathBuf,
+        error: String,
+    },
     #[error("{what} {path:?} would expose a system directory; choose a dedicated directory")]
     Forbidden { what: &'static str, path: PathBuf },
     #[error("working directory {0:?} is outside the writable and read-only roots")]
@@ -255,8 +282,17 @@ impl SandboxSpec {
         if let Some(i) = req.argv.iter().position(|a| a.contains('\0')) {
             return Err(SpecError::NulInArgument(i));
         }
-        let writable = canonical_roots("writable root", &req.writable)?;
-        let readonly = canonical_roots("read-only root", &req.readonly)?;
+        let mut root_ids = Vec::new();
+        let writable = resolve_roots("writable root", &req.writable, &mut root_ids)?;
+        let readonly = resolve_roots("read-only root", &req.readonly, &mut root_ids)?;
+        for r in &readonly {
+            if let Some(socket) = hostfs::find_socket(r) {
+                return Err(SpecError::SocketInRoot {
+                    root: r.clone(),
+                    socket,
+                });
+            }
+        }
         let mut mounts = Vec::new();
         for m in &req.mounts {
             let normal = m.target.is_absolute()
@@ -284,6 +320,12 @@ impl SandboxSpec {
                     path: m.source.clone(),
                 });
             }
+            // Mount sources are the platform's own paths (they may sit
+            // below a symlinked data directory, hence canonicalize); their
+            // identity is still pinned so that the sandbox binds the file
+            // that was checked here.
+            let id = file_id("mount source", &source)?;
+            root_ids.push((source.clone(), id));
             mounts.push(Mount {
                 source,
                 target: m.target.clone(),
@@ -338,6 +380,7 @@ impl SandboxSpec {
             ("nofile", l.nofile, 1 << 20),
             ("file size", l.file_size_bytes, MAX_BYTES),
             ("tmp size", l.tmp_bytes, MAX_BYTES),
+            ("disk budget", l.disk_bytes, MAX_BYTES),
         ];
         if let Some((name, _, _)) = too_large
             .iter()
@@ -357,6 +400,7 @@ impl SandboxSpec {
             ("nofile", limits.nofile),
             ("file size", limits.file_size_bytes),
             ("tmp size", limits.tmp_bytes),
+            ("disk budget", limits.disk_bytes),
         ] {
             if v == Some(0) {
                 return Err(SpecError::ZeroLimit(name));
@@ -368,6 +412,7 @@ impl SandboxSpec {
             writable,
             readonly,
             mounts,
+            root_ids,
             secret_files: req.secret_files,
             declared_env: env::parse_declared(&req.env)?,
             platform_env: BTreeMap::new(),
@@ -459,23 +504,89 @@ fn canonical_dir(what: &'static str, p: &Path) -> Result<PathBuf, SpecError> {
     Ok(c)
 }
 
-fn canonical_roots(what: &'static str, roots: &[PathBuf]) -> Result<Vec<PathBuf>, SpecError> {
+/// Resolves caller-chosen roots: absolute, no `..`, no symbolic link in
+/// any component (opened from `/` with `RESOLVE_NO_SYMLINKS`), an existing
+/// directory, not forbidden. Records each root's identity in `ids`.
+fn resolve_roots(
+    what: &'static str,
+    roots: &[PathBuf],
+    ids: &mut Vec<(PathBuf, FileId)>,
+) -> Result<Vec<PathBuf>, SpecError> {
     let home = std::env::var_os("HOME").map(PathBuf::from);
     let home = home.as_deref().and_then(|h| h.canonicalize().ok());
     let mut out = Vec::new();
     for r in roots {
-        let c = canonical_dir(what, r)?;
-        if forbidden_root(&c, home.as_deref()) {
+        if !r.is_absolute() {
+            return Err(SpecError::NotAbsolute {
+                what,
+                path: r.clone(),
+            });
+        }
+        let Some(path) = hostfs::normalised(r) else {
+            return Err(SpecError::NotNormalised {
+                what,
+                path: r.clone(),
+            });
+        };
+        // The forbidden trees are checked on the path as written: with no
+        // link allowed anywhere in it, that is the path that gets bound.
+        if forbidden_root(&path, home.as_deref()) {
             return Err(SpecError::Forbidden {
                 what,
                 path: r.clone(),
             });
         }
-        if !out.contains(&c) {
-            out.push(c);
+        let fd = hostfs::open_nofollow(&path, nix::fcntl::OFlag::O_PATH).map_err(|e| match e {
+            NoFollowError::Symlink(link) => SpecError::SymlinkInPath {
+                what,
+                path: r.clone(),
+                link,
+            },
+            NoFollowError::Missing => SpecError::NotADirectory {
+                what,
+                path: r.clone(),
+            },
+            NoFollowError::Other(e) => SpecError::Unopenable {
+                what,
+                path: r.clone(),
+                error: e.to_string(),
+            },
+        })?;
+        let st = nix::sys::stat::fstat(&fd).map_err(|e| SpecError::Unopenable {
+            what,
+            path: r.clone(),
+            error: e.to_string(),
+        })?;
+        if st.st_mode & libc::S_IFMT != libc::S_IFDIR {
+            return Err(SpecError::NotADirectory {
+                what,
+                path: r.clone(),
+            });
+        }
+        if !out.contains(&path) {
+            ids.push((path.clone(), FileId::of(&st)));
+            out.push(path);
         }
     }
     Ok(out)
+}
+
+/// The identity of a canonical path, opened without following links.
+fn file_id(what: &'static str, path: &Path) -> Result<FileId, SpecError> {
+    let fd = hostfs::open_nofollow(path, nix::fcntl::OFlag::O_PATH).map_err(|e| {
+        SpecError::Unopenable {
+            what,
+            path: path.to_path_buf(),
+            error: e.to_string(),
+        }
+    })?;
+    nix::sys::stat::fstat(&fd)
+        .map(|st| FileId::of(&st))
+        .map_err(|e| SpecError::Unopenable {
+            what,
+            path: path.to_path_buf(),
+            error: e.to_string(),
+        })
 }
 
 #[cfg(test)]
@@ -582,6 +693,39 @@ mod tests {
             SandboxSpec::parse(r),
             Err(SpecError::Env(EnvError::Denied(_)))
         ));
+    }
+
+    #[test]
+    fn sbx_3_roots_through_links_or_dotdot_and_sockets_are_refused_at_parse() {
+        let d = tempfile::tempdir().unwrap();
+        let real = d.path().join("real");
+        std::fs::create_dir_all(real.join("sub")).unwrap();
+        std::os::unix::fs::symlink(&real, d.path().join("link")).unwrap();
+        let parse = |w: Vec<PathBuf>, ro: Vec<PathBuf>| {
+            let mut r = req(&["true"]);
+            r.writable = w;
+            r.readonly = ro;
+            SandboxSpec::parse(r)
+        };
+        match parse(vec![d.path().join("link/sub")], vec![]) {
+            Err(SpecError::SymlinkInPath { link, .. }) => assert_eq!(link, d.path().join("link")),
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            parse(vec![real.join("sub/..")], vec![]),
+            Err(SpecError::NotNormalised { .. })
+        ));
+        let sock = real.join("sub/s.sock");
+        let _l = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+        match parse(vec![], vec![real.clone()]) {
+            Err(SpecError::SocketInRoot { socket, .. }) => assert_eq!(socket, sock),
+            other => panic!("{other:?}"),
+        }
+        // Positive control: the real path parses, its identity is pinned,
+        // and a socket in a writable root is not a reason to refuse.
+        let spec = parse(vec![real.join("sub")], vec![]).unwrap();
+        assert_eq!(spec.root_ids.len(), 1);
+        assert_eq!(spec.writable, vec![real.join("sub")]);
     }
 
     #[test]

@@ -3,8 +3,8 @@
 //! with `unsafe` in airlock; each block says why it is sound.
 #![allow(unsafe_code)]
 
-use std::ffi::CString;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::ffi::{CStr, CString};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 
 use nix::errno::Errno;
 
@@ -368,4 +368,113 @@ pub(crate) fn recv_fd(socket: RawFd) -> Result<Option<OwnedFd>, Errno> {
         }
     }
     Ok(received)
+}
+
+/// `fgetxattr`: the attribute's bytes, or `None` when it is not set.
+pub(crate) fn fget_xattr(fd: BorrowedFd<'_>, name: &CStr) -> Result<Option<Vec<u8>>, Errno> {
+    let mut buf = vec![0u8; 4096];
+    // SAFETY: fgetxattr writes at most buf.len() bytes into the buffer we own.
+    let n = unsafe {
+        libc::fgetxattr(
+            fd.as_raw_fd(),
+            name.as_ptr(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+        )
+    };
+    if n < 0 {
+        return match Errno::last() {
+            Errno::ENODATA => Ok(None),
+            e => Err(e),
+        };
+    }
+    buf.truncate(usize::try_from(n).unwrap_or(0));
+    Ok(Some(buf))
+}
+
+/// `fsetxattr` (create or replace).
+pub(crate) fn fset_xattr(fd: BorrowedFd<'_>, name: &CStr, value: &[u8]) -> Result<(), Errno> {
+    // SAFETY: fsetxattr reads value.len() bytes from a slice we own.
+    let r = unsafe {
+        libc::fsetxattr(
+            fd.as_raw_fd(),
+            name.as_ptr(),
+            value.as_ptr().cast(),
+            value.len(),
+            0,
+        )
+    };
+    Errno::result(r).map(drop)
+}
+
+/// `fremovexattr`.
+pub(crate) fn fremove_xattr(fd: BorrowedFd<'_>, name: &CStr) -> Result<(), Errno> {
+    // SAFETY: a descriptor and a NUL-terminated name.
+    let r = unsafe { libc::fremovexattr(fd.as_raw_fd(), name.as_ptr()) };
+    Errno::result(r).map(drop)
+}
+
+/// `getxattr` on a path (following links; used on cgroup directories).
+pub(crate) fn get_xattr(path: &std::path::Path, name: &CStr) -> Result<Option<Vec<u8>>, Errno> {
+    let Ok(p) = CString::new(path.as_os_str().as_encoded_bytes()) else {
+        return Err(Errno::EINVAL);
+    };
+    let mut buf = vec![0u8; 256];
+    // SAFETY: getxattr writes at most buf.len() bytes into the buffer we own.
+    let n = unsafe {
+        libc::getxattr(
+            p.as_ptr(),
+            name.as_ptr(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+        )
+    };
+    if n < 0 {
+        return match Errno::last() {
+            Errno::ENODATA => Ok(None),
+            e => Err(e),
+        };
+    }
+    buf.truncate(usize::try_from(n).unwrap_or(0));
+    Ok(Some(buf))
+}
+
+/// `open_tree(fd, "", OPEN_TREE_CLONE | AT_RECURSIVE | AT_EMPTY_PATH)`: a
+/// detached copy of the mount tree at `fd`, which survives the caller's
+/// later change of mount namespace and can be attached in the new one
+/// with [`move_mount_to`].
+pub(crate) fn open_tree_clone(fd: BorrowedFd<'_>) -> Result<OwnedFd, Errno> {
+    const OPEN_TREE_CLONE: libc::c_uint = 1;
+    const AT_RECURSIVE: libc::c_uint = 0x8000;
+    let flags = OPEN_TREE_CLONE
+        | AT_RECURSIVE
+        | libc::AT_EMPTY_PATH as libc::c_uint
+        | libc::O_CLOEXEC as libc::c_uint;
+    // SAFETY: open_tree with a descriptor, an empty NUL-terminated path and
+    // flags; returns a new descriptor or -1.
+    let r = unsafe { libc::syscall(libc::SYS_open_tree, fd.as_raw_fd(), c"".as_ptr(), flags) };
+    let r = Errno::result(r)?;
+    // SAFETY: a fresh descriptor from the kernel, owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(RawFd::try_from(r).map_err(|_| Errno::EBADF)?) })
+}
+
+/// Attaches the detached mount tree `fd` at `target`.
+pub(crate) fn move_mount_to(fd: BorrowedFd<'_>, target: &std::path::Path) -> Result<(), Errno> {
+    const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 4;
+    let Ok(t) = CString::new(target.as_os_str().as_encoded_bytes()) else {
+        return Err(Errno::EINVAL);
+    };
+    // SAFETY: move_mount with a descriptor, an empty path, AT_FDCWD and a
+    // NUL-terminated target we own.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_move_mount,
+            fd.as_raw_fd(),
+            c"".as_ptr(),
+            libc::AT_FDCWD,
+            t.as_ptr(),
+            MOVE_MOUNT_F_EMPTY_PATH,
+        )
+    };
+    Errno::result(r).map(drop)
 }

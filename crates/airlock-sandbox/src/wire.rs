@@ -54,10 +54,26 @@ pub(crate) struct InitSpec {
     pub mounts: Vec<crate::spec::Mount>,
     #[serde(default)]
     pub secret_files: Vec<crate::spec::SecretFile>,
+    /// The host uid and gid the workload's uid 1000 maps to: the invoking
+    /// user's, or for a root broker the sandbox ids from [`crate::subid`].
     pub outer_uid: u32,
     pub outer_gid: u32,
+    /// The init starts as root and must become `outer_uid`/`outer_gid`
+    /// after it has opened its bind sources and before it creates the user
+    /// namespace (which then belongs to that uid).
+    #[serde(default)]
+    pub switch_ids: bool,
+    /// Says where the host ids came from (for the containment report).
+    #[serde(default)]
+    pub host_ids: String,
+    /// Which file each root and mount source was at parse time.
+    #[serde(default)]
+    pub root_ids: Vec<(PathBuf, crate::hostfs::FileId)>,
     pub rlimits: Rlimits,
     pub tmp_bytes: u64,
+    /// Byte budget of each writable root (see [`crate::budget`]).
+    #[serde(default)]
+    pub disk_budget: Option<u64>,
     /// Private scratch directory on the host for the fallback level.
     pub scratch: Option<PathBuf>,
     pub require_containment: bool,
@@ -95,6 +111,13 @@ pub(crate) enum InitEvent {
     Timing {
         stage: String,
         t_ns: u64,
+    },
+    /// A budgeted writable root after the workload ended: whether its
+    /// budget was used up, and why its commit failed, if it did.
+    Budget {
+        root: PathBuf,
+        exhausted: bool,
+        error: Option<String>,
     },
     /// The workload's main process ended.
     Exited {

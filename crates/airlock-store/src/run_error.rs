@@ -87,6 +87,8 @@ run_error_codes! {
         "The required sandbox guarantees could not be established; nothing executed.";
     EgressUnavailable = "egress_unavailable", Failed,
         "The run asked for egress but its proxy could not be started or could not serve the sandbox's listener.";
+    SandboxIdsInvalid = "sandbox_ids_invalid", Blocked,
+        "The host ids the sandbox would run as (the sandbox id range) are missing, malformed or overlap an account; nothing executed.";
     SandboxSetupFailed = "sandbox_setup_failed", Failed,
         "The sandbox could not be set up (invalid request, namespaces, mounts, cgroup).";
     ExecutableNotFound = "executable_not_found", Failed,

@@ -60,6 +60,9 @@ fn sbx_6_full_containment_report_at_namespaces_level(who: Who) {
         "seccomp",
         "landlock",
         "rlimits",
+        "unprivileged_host_uid",
+        "no_setid_files",
+        "per_user_limits",
     ] {
         assert!(
             r.guarantee(g),
@@ -67,6 +70,21 @@ fn sbx_6_full_containment_report_at_namespaces_level(who: Who) {
             r.json["containment"]
         );
     }
+    // The report names the workload's host uid, which is never 0: the
+    // invoking user's, or for a root invoker the sandbox id range's.
+    let detail = r.json["containment"]["guarantees"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["name"] == "unprivileged_host_uid")
+        .map(|g| g["detail"].as_str().unwrap_or("").to_string())
+        .unwrap();
+    let expected = if uid_of(who) == 0 {
+        "host uid 2000000000".to_string()
+    } else {
+        format!("host uid {},", uid_of(who))
+    };
+    assert!(detail.contains(&expected), "{detail}");
 }
 both_users!(sbx_6_full_containment_report_at_namespaces_level);
 
@@ -379,3 +397,76 @@ fn sbx_7_plain_output_on_a_terminal_shows_control_bytes_as_escapes(who: Who) {
     assert!(piped.stdout.windows(needle.len()).any(|w| w == needle));
 }
 both_users!(sbx_7_plain_output_on_a_terminal_shows_control_bytes_as_escapes);
+
+fn sbx_3_bad_sandbox_id_range_is_a_clear_error_at_start(who: Who) {
+    let w = workdir(who);
+    let wp = path_str(w.path());
+    let marker = format!("{wp}/ran");
+    let run = |range: &str| {
+        raw(
+            who,
+            &[
+                "sandbox",
+                "exec",
+                "--subid-range",
+                range,
+                "--writable",
+                wp,
+                "--",
+                "/usr/bin/touch",
+                &marker,
+            ],
+        )
+    };
+    // Malformed: refused whoever runs airlock.
+    for range in ["abc:1", "1:2:3", "Bob"] {
+        let (code, stderr) = run(range);
+        assert_eq!(code, 125, "{range}: {stderr}");
+        assert!(stderr.contains("FIRST:COUNT"), "{range}: {stderr}");
+        assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    }
+    let root = uid_of(who) == 0;
+    for (range, needle) in [
+        ("0:65536", "must start at 65536"),
+        ("4294967295:1", "end below"),
+        ("no-such-user-xyz", "has no entry in /etc/subuid"),
+    ] {
+        let (code, stderr) = run(range);
+        if root {
+            // As root the range decides the workload's host uid: a bad one
+            // is one clear line naming the fix, and nothing runs (never a
+            // fall back to uid 0).
+            assert_eq!(code, 125, "{range}: {stderr}");
+            assert!(stderr.contains(needle), "{range}: {stderr}");
+            assert!(stderr.contains("--subid-range"), "{range}: {stderr}");
+            assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+            assert!(!std::path::Path::new(&marker).exists(), "{range}");
+        } else {
+            // An unprivileged invoker's workload is always its own uid.
+            assert_eq!(code, 0, "{range}: {stderr}");
+            let _ = std::fs::remove_file(&marker);
+        }
+    }
+    // Positive control: a free explicit range is used, named in the report
+    // and owns what the workload creates.
+    let r = exec(
+        who,
+        &["--subid-range", "3000000000:65536", "--writable", wp],
+        &["/usr/bin/touch", &marker],
+    );
+    assert_eq!(r.code, 0, "{r:?}");
+    use std::os::unix::fs::MetadataExt;
+    let owner = std::fs::metadata(&marker).unwrap().uid();
+    if root {
+        assert_eq!(owner, 3_000_000_000);
+        assert!(
+            r.json["containment"]
+                .to_string()
+                .contains("host uid 3000000000"),
+            "{r:?}"
+        );
+    } else {
+        assert_eq!(owner, uid_of(who));
+    }
+}
+both_users!(sbx_3_bad_sandbox_id_range_is_a_clear_error_at_start);

@@ -65,48 +65,47 @@ pub fn test_user() -> Option<(u32, u32)> {
 
 /// The binary, copied to a world-readable place so the test user can run it
 /// whatever the permissions of the checkout's parents. One copy per build
-/// of the binary (keyed by its size and mtime), shared by every test
-/// process and written atomically: a copy per process filled `/tmp` with
-/// hundreds of 60 MB files.
+/// (named after the built file's inode and mtime), shared by every test
+/// process: a copy per process filled /tmp with 67 MB files. Checked on
+/// every call, since anyone may clean /tmp while tests run.
 pub fn airlock_bin() -> PathBuf {
-    static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| {
-        use std::os::unix::fs::MetadataExt;
-        let src = PathBuf::from(env!("CARGO_BIN_EXE_airlock"));
-        if !is_root() {
-            return src;
-        }
-        let Ok(meta) = std::fs::metadata(&src) else {
-            return src;
-        };
-        let dir = std::env::temp_dir().join(format!(
-            "airlock-itest-bin-{:x}-{:x}",
-            meta.size(),
-            meta.mtime_nsec() ^ meta.mtime()
-        ));
-        let dst = dir.join("airlock");
-        if dst.exists() {
-            return dst;
-        }
-        let _ = std::fs::create_dir_all(&dir);
-        let _ = std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755));
-        let tmp = dir.join(format!(".airlock-{}", std::process::id()));
-        if std::fs::copy(&src, &tmp).is_err()
-            || std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o755)).is_err()
-            || std::fs::rename(&tmp, &dst).is_err()
-        {
-            let _ = std::fs::remove_file(&tmp);
-            return src;
-        }
-        dst
-    })
-    .clone()
+    use std::os::unix::fs::MetadataExt;
+    let src = PathBuf::from(env!("CARGO_BIN_EXE_airlock"));
+    if !is_root() {
+        return src;
+    }
+    let Ok(meta) = std::fs::metadata(&src) else {
+        return src;
+    };
+    let dir = std::env::temp_dir().join(format!(
+        "airlock-itest-bin-{}-{}-{}",
+        meta.ino(),
+        meta.mtime(),
+        meta.mtime_nsec()
+    ));
+    let dst = dir.join("airlock");
+    if dst.exists() {
+        return dst;
+    }
+    let _ = std::fs::create_dir_all(&dir);
+    let _ = std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755));
+    // Copy under a private name, then rename: concurrent test processes
+    // never see (or execute) a half-written binary.
+    let tmp = dir.join(format!("airlock.{}", std::process::id()));
+    if std::fs::copy(&src, &tmp).is_err() {
+        return src;
+    }
+    let _ = std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o755));
+    if std::fs::rename(&tmp, &dst).is_err() {
+        let _ = std::fs::remove_file(&tmp);
+        return src;
+    }
+    dst
 }
 
-/// A command that runs `airlock ARGS` as `who`, with sentinel credentials in
-/// its environment (they must never reach a sandbox).
-pub fn airlock(who: Who) -> Command {
-    let mut cmd = match (who, test_user()) {
+/// A command that runs `program` as `who`.
+pub fn run_as(who: Who, program: impl AsRef<std::ffi::OsStr>) -> Command {
+    match (who, test_user()) {
         (Who::Unprivileged, Some((uid, gid))) => {
             let mut c = Command::new("setpriv");
             c.args([
@@ -115,11 +114,28 @@ pub fn airlock(who: Who) -> Command {
                 "--clear-groups".to_string(),
                 "--".to_string(),
             ])
-            .arg(airlock_bin());
+            .arg(program);
             c
         }
-        _ => Command::new(airlock_bin()),
-    };
+        (Who::Unprivileged, None) => panic!(
+            "the unprivileged user {TEST_USER} does not exist and could not be created (run the tests as root with useradd, or set {SKIP_UNPRIVILEGED}=1)"
+        ),
+        (Who::Invoker, _) => Command::new(program),
+    }
+}
+
+/// The host uid `who` runs as.
+pub fn uid_of(who: Who) -> u32 {
+    match (who, test_user()) {
+        (Who::Unprivileged, Some((uid, _))) => uid,
+        _ => nix_uid(),
+    }
+}
+
+/// A command that runs `airlock ARGS` as `who`, with sentinel credentials in
+/// its environment (they must never reach a sandbox).
+pub fn airlock(who: Who) -> Command {
+    let mut cmd = run_as(who, airlock_bin());
     cmd.env("OPENAI_API_KEY", SENTINEL)
         .env("AIRLOCK_TEST_SENTINEL", SENTINEL)
         .env("LD_PRELOAD", "")

@@ -50,6 +50,7 @@ pub(crate) fn launch_error_code(e: &LaunchError) -> RunErrorCode {
         LaunchError::ContainmentUnavailable { .. } => RunErrorCode::ContainmentUnavailable,
         LaunchError::Setup { .. } | LaunchError::Io(_) => RunErrorCode::SandboxSetupFailed,
         LaunchError::Exec { .. } => RunErrorCode::ExecFailed,
+        LaunchError::SandboxIds(_) => RunErrorCode::SandboxIdsInvalid,
     }
 }
 
