@@ -344,6 +344,26 @@ impl Broker {
                     }
                 }
             }
+            // The platform's read-only file mounts (a run's input.json) are
+            // private to the airlock user on the host: the sandbox uid gets
+            // read access to exactly those files for the launch. Read-only
+            // directory mounts and `--readonly` roots are not granted
+            // anything: what the sandbox uid may not read stays unreadable.
+            for m in spec.mounts.iter().filter(|m| !m.writable) {
+                if !m.source.is_file() {
+                    continue;
+                }
+                match crate::hostfs::grant_read(&m.source, id_of(&m.source), outer_uid, outer_gid) {
+                    Ok(Some(g)) => grants.0.push(g),
+                    Ok(None) => {}
+                    Err(error) => {
+                        return Err(LaunchError::Setup {
+                            stage: "read-only mount access".into(),
+                            error,
+                        });
+                    }
+                }
+            }
         }
         let level = match spec.driver {
             DriverChoice::Landlock => Level::LandlockSeccomp,

@@ -301,6 +301,28 @@ pub(crate) fn grant_access(
     uid: u32,
     gid: u32,
 ) -> Result<Option<AccessGrant>, String> {
+    grant(path, id, uid, gid, true)
+}
+
+/// Lets host uid `uid` read (and, for directories, search) `path`, which
+/// must still be `id`: for the platform's read-only mounts (a run's
+/// `input.json`, which the executor keeps private to the airlock user).
+pub(crate) fn grant_read(
+    path: &Path,
+    id: Option<FileId>,
+    uid: u32,
+    gid: u32,
+) -> Result<Option<AccessGrant>, String> {
+    grant(path, id, uid, gid, false)
+}
+
+fn grant(
+    path: &Path,
+    id: Option<FileId>,
+    uid: u32,
+    gid: u32,
+    write: bool,
+) -> Result<Option<AccessGrant>, String> {
     let fd = open_nofollow(path, OFlag::O_RDONLY | OFlag::O_NONBLOCK | OFlag::O_NOCTTY)
         .map_err(|e| format!("{}: {e}", path.display()))?;
     let st = nix::sys::stat::fstat(&fd).map_err(|e| format!("{}: {e}", path.display()))?;
@@ -311,7 +333,12 @@ pub(crate) fn grant_access(
         ));
     }
     let is_dir = st.st_mode & libc::S_IFMT == libc::S_IFDIR;
-    let need: u32 = if is_dir { 7 } else { 6 };
+    let need: u32 = match (is_dir, write) {
+        (true, true) => 7,
+        (false, true) => 6,
+        (true, false) => 5,
+        (false, false) => 4,
+    };
     let current = sys::fget_xattr(fd.as_fd(), ACL_ACCESS).map_err(|e| match e {
         Errno::EOPNOTSUPP => no_acl_support(path, uid),
         e => format!("{}: reading its ACL: {e}", path.display()),

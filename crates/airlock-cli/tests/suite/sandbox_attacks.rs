@@ -716,8 +716,9 @@ fn fork_count(r: &Exec) -> (u32, i32) {
 fn sbx_4_fork_bomb_stops_at_the_pids_limit(who: Who) {
     let opts = ["--pids", "64", "--timeout", "20"];
     preflight_pid_isolation_and_limits(who, &opts);
-    // As root the limit is a pids cgroup, which also reports hits; as an unprivileged user
-    // it is RLIMIT_NPROC, which refuses forks the same way but reports nothing.
+    // As root the limit is a pids cgroup and, since the workload runs as the unprivileged
+    // sandbox uid, RLIMIT_NPROC as well (whichever refuses first: the rlimit reports nothing);
+    // as an unprivileged user it is RLIMIT_NPROC alone.
     let by_cgroup = who == Who::Invoker && is_root();
     // kill(-1) inside a PID namespace only reaches the sandbox itself.
     let name = format!("bomb{}{}", std::process::id(), who == Who::Invoker);
@@ -736,7 +737,6 @@ fn sbx_4_fork_bomb_stops_at_the_pids_limit(who: Who) {
             r.guarantee("pids_limit"),
             "as root the pids cgroup must apply: {r:?}"
         );
-        assert!(r.hit("pids"), "the pids cgroup must report the hit: {r:?}");
     }
     // The host stays responsive: a fresh process starts promptly.
     let t = Instant::now();
@@ -753,9 +753,6 @@ fn sbx_4_fork_bomb_stops_at_the_pids_limit(who: Who) {
         made < 64 && err == 11,
         "made {made}, errno {err}: {counted:?}"
     );
-    if by_cgroup {
-        assert!(counted.hit("pids"), "{counted:?}");
-    }
     // Positive control: with room for them, the same probe makes 100 children, nothing
     // refused and nothing reported.
     let control = exec(
@@ -1031,19 +1028,16 @@ fn sbx_3_proc_sys_and_trigger_files_refuse_writes(who: Who) {
             .unwrap_or("missing")
             .to_string()
     };
-    let as_root = is_root() && who == Who::Invoker;
     for path in PROC_WRITES {
         let got = write_result(out, path);
         if !Path::new(path).exists() {
             // This kernel has no such file (no CONFIG_MAGIC_SYSRQ, say): nothing to attack.
             assert_eq!(got, "absent", "{path}: {r:?}");
             eprintln!("{path} does not exist on this host; its write is not exercised");
-        } else if as_root {
-            // Host uid 0 passes the permission check; the read-only mount is what refuses
-            // (EROFS; Landlock, behind it, would say EACCES).
-            assert_eq!(got, "30", "{path}: {r:?}");
         } else {
-            // The permission check (EACCES) comes before the mount's (EROFS).
+            // The workload is never host uid 0 (even under a root broker it is the sandbox
+            // uid), so the permission check (EACCES) comes first; the read-only mount
+            // (EROFS, asserted above) and Landlock stand behind it.
             assert!(got == "13" || got == "30", "{path}: {r:?}");
         }
     }
@@ -1055,8 +1049,8 @@ fn sbx_3_proc_sys_and_trigger_files_refuse_writes(who: Who) {
     );
     assert!(c.stdout().trim().starts_with("rw"), "{c:?}");
     // Positive control (root, whose host uid passes the permission check): outside the
-    // sandbox the same writes go through, so only the mounts stop them inside.
-    if as_root {
+    // sandbox the same writes go through, so only the sandbox stops them inside.
+    if is_root() && who == Who::Invoker {
         let c = exec(who, &["--driver", "uncontained"], &args);
         for path in PROC_WRITES.iter().filter(|p| Path::new(p).exists()) {
             assert_eq!(

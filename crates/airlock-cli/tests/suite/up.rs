@@ -306,11 +306,53 @@ fn modes(dir: &Path) -> Vec<(PathBuf, u32, bool)> {
     out
 }
 
+/// Whether `path`'s group bits are an ACL mask whose only grants are to
+/// named users of a sandbox id range (uid ≥ 1,000,000, never an account):
+/// a root broker gives the sandbox uid access to a run's own files for the
+/// length of the launch. Its owning group and every group still get nothing.
+fn only_sandbox_acl(path: &Path) -> bool {
+    // The binary ACL: a 4-byte version (2), then 8-byte entries
+    // (tag u16, perm u16, id u32), little-endian; read with Python's
+    // `os.getxattr` (the test crate has no `unsafe`).
+    let Ok(out) = std::process::Command::new("/usr/bin/python3")
+        .args([
+            "-c",
+            "import os,sys; sys.stdout.buffer.write(os.getxattr(sys.argv[1], 'system.posix_acl_access', follow_symlinks=False))",
+        ])
+        .arg(path)
+        .output()
+    else {
+        return false;
+    };
+    if !out.status.success() {
+        return false;
+    }
+    let buf = out.stdout;
+    let n = buf.len();
+    let entries = buf[..n].get(4..).unwrap_or(&[]);
+    let mut named_sandbox_user = false;
+    for e in entries.chunks_exact(8) {
+        let tag = u16::from_le_bytes([e[0], e[1]]);
+        let perm = u16::from_le_bytes([e[2], e[3]]);
+        let id = u32::from_le_bytes([e[4], e[5], e[6], e[7]]);
+        match tag {
+            // USER_OBJ, MASK, OTHER (others are checked on the mode bits).
+            0x01 | 0x10 | 0x20 => {}
+            // A named user: only a sandbox uid may be one.
+            0x02 if id >= 1_000_000 => named_sandbox_user = true,
+            // GROUP_OBJ granting nothing.
+            0x04 if perm == 0 => {}
+            _ => return false,
+        }
+    }
+    named_sandbox_user
+}
+
 /// The entries of `dir` that group or others may use.
 fn loose(dir: &Path) -> Vec<String> {
     modes(dir)
         .into_iter()
-        .filter(|(_, mode, _)| mode & 0o077 != 0)
+        .filter(|(p, mode, _)| mode & 0o007 != 0 || (mode & 0o070 != 0 && !only_sandbox_acl(p)))
         .map(|(p, mode, _)| format!("{} {mode:o}", p.display()))
         .collect()
 }
