@@ -2,7 +2,7 @@
 //! artifacts, idempotency keys, plans, the audit chain, vault records and
 //! identity (users, memberships, sessions, API keys, MFA), behind one type
 //! with two backends — embedded SQLite (WAL) and PostgreSQL — and one
-//! conformance suite (`tests/conformance.rs`) that runs against both.
+//! conformance suite (`tests/conformance/`) that runs against both.
 //!
 //! Only this crate contains SQL. Every owned row carries a workspace id and
 //! every query that reads owned rows filters by it. A state change and its
