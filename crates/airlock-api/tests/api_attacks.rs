@@ -15,7 +15,9 @@ use axum::extract::ConnectInfo;
 use axum::http::{Request, StatusCode};
 use base64::Engine;
 use common::LimitConfig;
-use common::{Cred, ECHO, HELLO, Harness, Resp, T0, request, request_builder};
+use common::{
+    Cred, Db, ECHO, HELLO, Harness, Resp, T0, on_both_backends, request, request_builder,
+};
 use hmac::{Hmac, KeyInit, Mac};
 use http_body_util::BodyExt;
 use serde_json::{Value, json};
@@ -30,12 +32,17 @@ fn hook_manifest(id: &str, format: &str) -> String {
 }
 
 async fn harness(limits: LimitConfig, proxies: Vec<IpAddr>) -> Harness {
+    harness_on(Db::Sqlite, limits, proxies).await
+}
+
+/// [`harness`] with its store on `db`.
+async fn harness_on(db: Db, limits: LimitConfig, proxies: Vec<IpAddr>) -> Harness {
     let hello = format!("{HELLO}[inputs.n]\ntype = \"number\"\nrequired = false\n");
     let auth = common::AuthConfig {
         trusted_proxies: proxies,
         ..common::quiet()
     };
-    let mut b = Harness::builder().limits(limits).auth(auth);
+    let mut b = Harness::builder().db(db).limits(limits).auth(auth);
     b = b.worker("hello", &hello, ECHO);
     for (id, f) in [("std-hook", "standard"), ("gh-hook", "github")] {
         b = b.worker(id, &hook_manifest(id, f), ECHO);
@@ -207,9 +214,10 @@ async fn ws_used(h: &Harness) -> i64 {
     h.store().quota_used(&subject, day).await.unwrap()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn parallel_creates_cannot_race_past_the_daily_quota() {
-    let h = harness(lim(|l| l.runs_per_workspace_per_day = 3), vec![]).await;
+/// Taking a unit of quota is one atomic statement on both backends; the
+/// race is run on each.
+async fn parallel_creates_cannot_race_past_the_daily_quota(db: Db) {
+    let h = harness_on(db, lim(|l| l.runs_per_workspace_per_day = 3), vec![]).await;
     let (_, key) = owner(&h).await;
     let tasks: Vec<_> = (0..12)
         .map(|_| {
@@ -231,10 +239,14 @@ async fn parallel_creates_cannot_race_past_the_daily_quota() {
     let runs = h.store().list_runs(WS, None, 100, None).await.unwrap();
     assert_eq!(runs.len(), 3);
 }
+on_both_backends!(
+    parallel_creates_cannot_race_past_the_daily_quota,
+    flavor = "multi_thread",
+    worker_threads = 4
+);
 
-#[tokio::test]
-async fn replays_and_failed_creations_do_not_consume_quota() {
-    let h = harness(lim(|l| l.runs_per_workspace_per_day = 2), vec![]).await;
+async fn replays_and_failed_creations_do_not_consume_quota(db: Db) {
+    let h = harness_on(db, lim(|l| l.runs_per_workspace_per_day = 2), vec![]).await;
     let (_, key) = owner(&h).await;
     let a = h.send(create(&key, Some("A"), json!({}))).await;
     assert_eq!(a.status, StatusCode::CREATED, "{}", a.body);
@@ -258,11 +270,10 @@ async fn replays_and_failed_creations_do_not_consume_quota() {
     let r = h.send(create(&key, Some("C"), json!({}))).await;
     assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS);
 }
+on_both_backends!(replays_and_failed_creations_do_not_consume_quota);
 
-#[tokio::test]
-
-async fn an_idempotent_replay_at_the_quota_limit_returns_the_original_run() {
-    let h = harness(lim(|l| l.runs_per_workspace_per_day = 1), vec![]).await;
+async fn an_idempotent_replay_at_the_quota_limit_returns_the_original_run(db: Db) {
+    let h = harness_on(db, lim(|l| l.runs_per_workspace_per_day = 1), vec![]).await;
     let (_, key) = owner(&h).await;
     let a = h.send(create(&key, Some("A"), json!({}))).await;
     assert_eq!(a.status, StatusCode::CREATED);
@@ -270,6 +281,7 @@ async fn an_idempotent_replay_at_the_quota_limit_returns_the_original_run() {
     assert_eq!(r.status, StatusCode::OK, "{}", r.body);
     assert_eq!(r.body["run"]["id"], a.body["run"]["id"]);
 }
+on_both_backends!(an_idempotent_replay_at_the_quota_limit_returns_the_original_run);
 
 #[tokio::test]
 async fn an_aborted_stream_frees_its_slot_and_users_are_independent() {

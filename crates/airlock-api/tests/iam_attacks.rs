@@ -16,7 +16,7 @@ use airlock_iam::{Clock, keys, totp};
 use airlock_store::BootstrapState;
 use axum::body::Body;
 use axum::http::{HeaderValue, Request};
-use common::{Cred, Harness, PW, Resp, T0, quiet, send, session_of};
+use common::{Cred, Db, Harness, PW, Resp, T0, on_both_backends, quiet, send, session_of};
 use serde_json::{Value, json};
 
 const RUN: &str = "POST /v1/workers/hello/runs";
@@ -388,10 +388,10 @@ async fn a_scoped_key_cannot_manage_its_users_sessions() {
 
 /// IAM-7 "a workspace keeps at least one owner": the owner count and the
 /// change are separate statements, so two owners demoting each other at
-/// the same moment can leave a workspace with none.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn concurrent_demotions_never_leave_a_workspace_ownerless() {
-    let h = Harness::new().await;
+/// the same moment can leave a workspace with none. Run on both backends,
+/// whose locking differs (SQLite's one writer, PostgreSQL's row locks).
+async fn concurrent_demotions_never_leave_a_workspace_ownerless(db: Db) {
+    let h = Harness::builder().db(db).build().await;
     let own = h.bootstrap_owner().await;
     let o2 = h.member(&own, "o2", "owner").await;
     let (promote, demote) = (json!({"role": "owner"}), json!({"role": "admin"}));
@@ -408,6 +408,11 @@ async fn concurrent_demotions_never_leave_a_workspace_ownerless() {
         assert!(owners >= 1, "round {i}: {a} and {b} left {owners} owners");
     }
 }
+on_both_backends!(
+    concurrent_demotions_never_leave_a_workspace_ownerless,
+    flavor = "multi_thread",
+    worker_threads = 4
+);
 
 #[tokio::test]
 async fn bootstrap_stays_closed_and_tokens_are_single_use_and_bound() {
@@ -453,9 +458,8 @@ async fn bootstrap_stays_closed_and_tokens_are_single_use_and_bound() {
 /// into it, which creates an instance-wide account whose setup token the
 /// inviter holds. When the real administrator later invites that name,
 /// the existing (attacker-controlled) account is silently adopted.
-#[tokio::test]
-async fn an_invitation_from_another_workspace_cannot_pre_hijack_an_account() {
-    let h = Harness::new().await;
+async fn an_invitation_from_another_workspace_cannot_pre_hijack_an_account(db: Db) {
+    let h = Harness::builder().db(db).build().await;
     let own = h.bootstrap_owner().await;
     let mal = h.member(&own, "mallory", "viewer").await;
     let trap = h.create_workspace(&mal, "trap").await;
@@ -485,6 +489,7 @@ async fn an_invitation_from_another_workspace_cannot_pre_hijack_an_account() {
         );
     }
 }
+on_both_backends!(an_invitation_from_another_workspace_cannot_pre_hijack_an_account);
 
 #[tokio::test]
 async fn hostile_bodies_get_clean_4xx_answers() {

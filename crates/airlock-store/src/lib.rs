@@ -2,7 +2,7 @@
 //! artifacts, idempotency keys, plans, the audit chain, vault records and
 //! identity (users, memberships, sessions, API keys, MFA), behind one type
 //! with two backends — embedded SQLite (WAL) and PostgreSQL — and one
-//! conformance suite (`tests/conformance.rs`) that runs against both.
+//! conformance suite (`tests/conformance/`) that runs against both.
 //!
 //! Only this crate contains SQL. Every owned row carries a workspace id and
 //! every query that reads owned rows filters by it. A state change and its
@@ -14,19 +14,27 @@
 //! Where the backends differ (claiming with `FOR UPDATE SKIP LOCKED`,
 //! per-workspace audit serialisation, migrations) the code says so.
 
+mod audit;
+mod execution;
 mod identity;
 mod ids;
+mod plans;
 mod quotas;
 mod run_error;
+mod runs;
 mod schedules;
+mod secrets;
 mod sqlite_files;
 mod store;
 mod uploads;
 mod webhooks;
 
+pub use execution::*;
 pub use identity::*;
 pub use ids::{hex, random_id, sha256_hex};
+pub use plans::*;
 pub use run_error::{RunErrorCode, markdown_table as run_error_table};
+pub use runs::*;
 pub use schedules::*;
 pub use store::*;
 pub use uploads::*;

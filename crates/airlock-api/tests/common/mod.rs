@@ -1,8 +1,10 @@
 //! The in-process harness the API's integration tests share: a run service
-//! over a real SQLite store in a temporary folder, with worker folders of
-//! the test's choosing, behind the real router (no socket); requests sent
-//! with `tower::ServiceExt::oneshot`; the identity steps every test starts
-//! with (bootstrap an owner, sign in, mint a key, add a member).
+//! over a real store (SQLite in a temporary folder, or a fresh PostgreSQL
+//! database on 127.0.0.1:5432), with worker folders of the test's choosing,
+//! behind the real router (no socket); requests sent with
+//! `tower::ServiceExt::oneshot`; the identity steps every test starts with
+//! (bootstrap an owner, sign in, mint a key, add a member); and
+//! [`on_both_backends!`], which runs one test on each backend.
 //!
 //! Each test file includes this with `mod common;`. Not every file uses
 //! every item, hence the `#[allow(dead_code)]`s.
@@ -19,13 +21,134 @@ use airlock_api::{AppState, app};
 use airlock_iam::throttle::ThrottleConfig;
 use airlock_iam::{Clock, ManualClock, keys};
 use airlock_service::{Config, IdentityConfig, Quotas, Service};
-use airlock_store::{BootstrapState, Store};
+use airlock_store::{Backend, BootstrapState, Store, random_id};
 use axum::Router;
 use axum::body::Body;
 use axum::http::{HeaderMap, Request, StatusCode, request};
 use http_body_util::BodyExt;
 use serde_json::{Value, json};
+use sqlx::Connection;
 use tower::ServiceExt;
+
+/// Which database a harness's store runs on.
+#[allow(dead_code)]
+#[derive(Debug)]
+pub enum Db {
+    /// A file in the harness's temporary folder (the default).
+    Sqlite,
+    /// A database of its own on the local PostgreSQL server, dropped with
+    /// the harness.
+    Postgres(PgDb),
+}
+
+#[allow(dead_code)]
+impl Db {
+    /// A fresh PostgreSQL database, or `None` when the server at
+    /// 127.0.0.1:5432 does not answer and `AIRLOCK_TEST_SKIP_POSTGRES` is
+    /// set. Without that variable a missing server fails the test.
+    pub async fn postgres() -> Option<Db> {
+        PgDb::create().await.map(Db::Postgres)
+    }
+
+    fn backend(&self) -> Backend {
+        match self {
+            Db::Sqlite => Backend::Sqlite,
+            Db::Postgres(_) => Backend::Postgres,
+        }
+    }
+
+    fn url(&self, dir: &Path) -> String {
+        match self {
+            Db::Sqlite => format!("sqlite://{}", dir.join("a.db").display()),
+            Db::Postgres(pg) => pg.url(),
+        }
+    }
+}
+
+const PG_ADMIN: &str = "postgres://postgres@127.0.0.1:5432/postgres";
+
+/// A database created for one harness on 127.0.0.1:5432 (user `postgres`,
+/// trust authentication), dropped when the harness is.
+#[derive(Debug)]
+pub struct PgDb {
+    name: String,
+}
+
+impl PgDb {
+    async fn create() -> Option<PgDb> {
+        sqlx::any::install_default_drivers();
+        let mut admin = match sqlx::AnyConnection::connect(PG_ADMIN).await {
+            Ok(c) => c,
+            Err(e) => {
+                assert!(
+                    std::env::var("AIRLOCK_TEST_SKIP_POSTGRES").is_ok(),
+                    "PostgreSQL at 127.0.0.1:5432 is required for the PostgreSQL variant of this test ({e}); run scripts/test, or set AIRLOCK_TEST_SKIP_POSTGRES=1 to skip locally"
+                );
+                return None;
+            }
+        };
+        let name = random_id("airlock_api_test").to_lowercase();
+        sqlx::raw_sql(&format!("CREATE DATABASE {name}"))
+            .execute(&mut admin)
+            .await
+            .unwrap();
+        admin.close().await.unwrap();
+        Some(PgDb { name })
+    }
+
+    fn url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:5432/{}", self.name)
+    }
+}
+
+impl Drop for PgDb {
+    fn drop(&mut self) {
+        // Best effort, like the conformance suite's clean-up. `drop` runs on
+        // the test's runtime, which must not block on async work; a thread
+        // with a runtime of its own may. `WITH (FORCE)` ends the pool
+        // connections the harness may still hold.
+        let sql = format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name);
+        let _ = std::thread::spawn(move || {
+            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            else {
+                return;
+            };
+            rt.block_on(async {
+                if let Ok(mut admin) = sqlx::AnyConnection::connect(PG_ADMIN).await {
+                    let _ = sqlx::raw_sql(&sql).execute(&mut admin).await;
+                }
+            });
+        })
+        .join();
+    }
+}
+
+/// Runs the test function `$name(db: Db)` once on SQLite and once on
+/// PostgreSQL, as `$name::sqlite` and `$name::postgres`; optional arguments
+/// go to `#[tokio::test(...)]`. The PostgreSQL case fails when the server
+/// is missing, unless `AIRLOCK_TEST_SKIP_POSTGRES` is set.
+#[allow(unused_macros)]
+macro_rules! on_both_backends {
+    ($name:ident $(, $($test_args:tt)+)?) => {
+        mod $name {
+            #[tokio::test$(($($test_args)+))?]
+            async fn sqlite() {
+                super::$name(crate::common::Db::Sqlite).await;
+            }
+
+            #[tokio::test$(($($test_args)+))?]
+            async fn postgres() {
+                if let Some(db) = crate::common::Db::postgres().await {
+                    super::$name(db).await;
+                }
+            }
+        }
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use on_both_backends;
 
 /// Where the harness clock starts (milliseconds since the epoch).
 #[allow(dead_code)]
@@ -286,18 +409,23 @@ pub struct Harness {
     pub dir: tempfile::TempDir,
     auth: AuthConfig,
     limits: LimitConfig,
+    /// Where the store is (a restart reopens it).
+    url: String,
+    /// Declared last: the PostgreSQL database outlives every handle on it.
+    db: Db,
 }
 
 /// What a [`Harness`] is built with: by default [`quiet`] identity
 /// settings, no rate limits (they have their own tests; most tests send
-/// many refused requests on purpose), a clock at [`T0`] and the `hello`
-/// worker.
+/// many refused requests on purpose), a clock at [`T0`], the `hello`
+/// worker and a SQLite store.
 #[must_use]
 pub struct Builder {
     auth: AuthConfig,
     limits: LimitConfig,
     workers: Vec<(String, String, String)>,
     launcher: Option<Arc<dyn airlock_launch::Launcher>>,
+    db: Db,
 }
 
 #[allow(dead_code)]
@@ -317,6 +445,12 @@ impl Builder {
     /// start here).
     pub fn launcher(mut self, launcher: Arc<dyn airlock_launch::Launcher>) -> Self {
         self.launcher = Some(launcher);
+        self
+    }
+
+    /// The database the store runs on.
+    pub fn db(mut self, db: Db) -> Self {
+        self.db = db;
         self
     }
 
@@ -341,7 +475,9 @@ impl Builder {
             std::fs::write(w.join("run.sh"), script).unwrap();
         }
         let clock = Arc::new(ManualClock::new(T0));
+        let url = self.db.url(dir.path());
         let (app, svc, store) = open(
+            &url,
             dir.path(),
             &self.auth,
             &self.limits,
@@ -349,6 +485,8 @@ impl Builder {
             self.launcher.clone(),
         )
         .await;
+        // The variant named after a backend really runs on it.
+        assert_eq!(store.backend(), self.db.backend());
         let errors = svc.worker_errors();
         assert!(errors.is_empty(), "{errors:?}");
         Harness {
@@ -359,20 +497,23 @@ impl Builder {
             dir,
             auth: self.auth,
             limits: self.limits,
+            url,
+            db: self.db,
         }
     }
 }
 
-/// A service over the store and workers in `dir`, and its router.
+/// A service over the store at `url` and the workers in `dir`, and its
+/// router.
 async fn open(
+    url: &str,
     dir: &Path,
     auth: &AuthConfig,
     limits: &LimitConfig,
     clock: &Arc<ManualClock>,
     launcher: Option<Arc<dyn airlock_launch::Launcher>>,
 ) -> (Router, Arc<Service>, Store) {
-    let url = format!("sqlite://{}", dir.join("a.db").display());
-    let store = Store::open(&url).await.unwrap();
+    let store = Store::open(url).await.unwrap();
     let mut cfg = Config::with_defaults(dir.join("data"), dir.join("workers"));
     let (identity, http) = auth.split();
     let (http_limits, quotas) = limits.split();
@@ -395,6 +536,7 @@ impl Harness {
             limits: LimitConfig::unlimited(),
             workers: Vec::new(),
             launcher: None,
+            db: Db::Sqlite,
         }
     }
 
@@ -406,8 +548,8 @@ impl Harness {
     /// A restart: a new service and router on the same folder, settings
     /// and clock.
     pub async fn reopen(&self) -> (Router, Arc<Service>) {
-        let (app, svc, _) =
-            open(self.dir.path(), &self.auth, &self.limits, &self.clock, None).await;
+        let (auth, limits, clock) = (&self.auth, &self.limits, &self.clock);
+        let (app, svc, _) = open(&self.url, self.dir.path(), auth, limits, clock, None).await;
         (app, svc)
     }
 

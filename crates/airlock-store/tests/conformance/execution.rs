@@ -1,0 +1,153 @@
+//! Claims, leases, fencing and the reaper: what an executor does with a run.
+
+use std::time::Duration;
+
+use airlock_store::*;
+
+use crate::new_run;
+
+async fn dur_1_claim_lease_and_fencing(store: Store) {
+    let run = store.create_run(new_run("hello")).await.unwrap().run;
+    let a = store
+        .claim_next("node-a", Duration::from_millis(0), &[])
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(a.run.id, run.id);
+    assert!(
+        store
+            .claim_next("node-b", Duration::from_secs(60), &[])
+            .await
+            .unwrap()
+            .is_none(),
+        "claimed once"
+    );
+    std::thread::sleep(Duration::from_millis(5));
+    // The lease expired before the workload started: requeued.
+    let reaped = store.reap_expired(&|_| false).await.unwrap();
+    assert_eq!(reaped, vec![(run.id.clone(), RunState::Queued)]);
+    let b = store
+        .claim_next("node-b", Duration::from_secs(60), &[])
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(b.token > a.token);
+    // The stale executor's writes are refused by the store.
+    assert!(matches!(
+        store
+            .append_event(&run.id, a.token, "log", &serde_json::json!({}))
+            .await,
+        Err(StoreError::StaleToken)
+    ));
+    assert!(matches!(
+        store.mark_workload_started(&run.id, a.token).await,
+        Err(StoreError::StaleToken)
+    ));
+    assert!(matches!(
+        store
+            .finish_run(&run.id, a.token, RunState::Succeeded, &Finish::default())
+            .await,
+        Err(StoreError::StaleToken)
+    ));
+    assert!(matches!(
+        store
+            .renew_lease(&run.id, a.token, Duration::from_secs(1))
+            .await,
+        Err(StoreError::StaleToken)
+    ));
+    // Positive control: the current holder writes.
+    store
+        .append_event(&run.id, b.token, "log", &serde_json::json!({"line": "hi"}))
+        .await
+        .unwrap();
+    store
+        .finish_run(
+            &run.id,
+            b.token,
+            RunState::Succeeded,
+            &Finish {
+                exit_code: Some(0),
+                ..Finish::default()
+            },
+        )
+        .await
+        .unwrap();
+    let done = store
+        .get_run(DEFAULT_WORKSPACE, &run.id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(done.state, RunState::Succeeded);
+    assert_eq!(
+        store
+            .events(DEFAULT_WORKSPACE, &run.id, 0, 100)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+}
+both!(dur_1_claim_lease_and_fencing);
+
+async fn dur_2_reaper_requeues_or_marks_unknown(store: Store) {
+    let plain = store.create_run(new_run("side-effects")).await.unwrap().run;
+    let c = store
+        .claim_next("a", Duration::from_millis(0), &[])
+        .await
+        .unwrap()
+        .unwrap();
+    store
+        .mark_workload_started(&plain.id, c.token)
+        .await
+        .unwrap();
+    let retry = store
+        .create_run(new_run("idempotent-one"))
+        .await
+        .unwrap()
+        .run;
+    let c2 = store
+        .claim_next("a", Duration::from_millis(0), &[])
+        .await
+        .unwrap()
+        .unwrap();
+    store
+        .mark_workload_started(&retry.id, c2.token)
+        .await
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(5));
+    let mut reaped = store
+        .reap_expired(&|w| w == "idempotent-one")
+        .await
+        .unwrap();
+    reaped.sort();
+    let mut want = vec![
+        (plain.id.clone(), RunState::Unknown),
+        (retry.id.clone(), RunState::Queued),
+    ];
+    want.sort();
+    assert_eq!(reaped, want);
+}
+both!(dur_2_reaper_requeues_or_marks_unknown);
+
+async fn run_7_claim_skips_workers_at_their_cap(store: Store) {
+    let a = store.create_run(new_run("busy")).await.unwrap().run;
+    let b = store.create_run(new_run("free")).await.unwrap().run;
+    let c = store
+        .claim_next("n", Duration::from_secs(60), &["busy".to_string()])
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(c.run.id, b.id);
+    assert_eq!(
+        store
+            .queue_position(DEFAULT_WORKSPACE, &a.id)
+            .await
+            .unwrap(),
+        Some(1)
+    );
+    assert_eq!(
+        store.running_per_worker().await.unwrap(),
+        vec![("free".to_string(), 1)]
+    );
+}
+both!(run_7_claim_skips_workers_at_their_cap);
