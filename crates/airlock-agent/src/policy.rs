@@ -334,7 +334,12 @@ mod tests {
         let allow = rule(ActionKind::RunCommand, prefix(&["git"]), Allow);
         let deny = rule(ActionKind::RunCommand, prefix(&["git", "push"]), Deny);
         assert_eq!(
-            decide(Autonomy::AutoWithinPolicy, std::slice::from_ref(&allow), &[], &cmd),
+            decide(
+                Autonomy::AutoWithinPolicy,
+                std::slice::from_ref(&allow),
+                &[],
+                &cmd
+            ),
             Allow
         );
         assert_eq!(

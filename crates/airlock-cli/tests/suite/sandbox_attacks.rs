@@ -846,7 +846,7 @@ fn count_processes_with(marker: &str) -> usize {
 }
 
 fn sbx_4_timeout_kills_everything_and_is_reported(who: Who) {
-    let marker = format!("{}.{}", 3000 + std::process::id() % 1000, 77);
+    let marker = sleep_marker(who, 3000);
     let r = exec_sh(
         who,
         &["--timeout", "1", "--grace", "1"],
@@ -924,11 +924,7 @@ fn sbx_3_fallback_level_denies_network_and_host_files(who: Who) {
 both_users!(sbx_3_fallback_level_denies_network_and_host_files);
 
 fn sbx_4_fallback_timeout_kills_daemons_that_ignore_sigterm(who: Who) {
-    let marker = format!(
-        "{}.{}",
-        4000 + std::process::id() % 1000,
-        u8::from(who == Who::Invoker)
-    );
+    let marker = sleep_marker(who, 4000);
     let r = exec_sh(
         who,
         &["--driver", "landlock", "--timeout", "2", "--grace", "1"],

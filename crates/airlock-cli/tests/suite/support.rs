@@ -293,3 +293,16 @@ pub fn require_test_user() -> bool {
     eprintln!("skipped ({SKIP_UNPRIVILEGED}): no user {TEST_USER}");
     false
 }
+
+/// A `sleep` argument (a number of seconds) that appears in no other
+/// test's process command lines, so a test can count the processes it
+/// started by their command line: `base`'s leading digit, the test
+/// process's whole pid, which user runs it, and a per-process counter (the
+/// two `both_users!` variants of one test share a process).
+pub fn sleep_marker(who: Who, base: u32) -> String {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(1);
+    let user = if who == Who::Invoker { 1 } else { 2 };
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    format!("{}{:07}.{user}{n:03}", base / 1000, std::process::id())
+}

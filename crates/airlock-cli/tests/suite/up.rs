@@ -85,8 +85,7 @@ fn names(found: &Value) -> std::collections::BTreeSet<String> {
 /// A number that appears in no other test's process command lines: the
 /// test's pid and which user it runs as.
 fn marker(who: Who, base: u32) -> String {
-    let user = if who == Who::Invoker { 1 } else { 2 };
-    format!("{}.{user}", base + std::process::id() % 1000)
+    sleep_marker(who, base)
 }
 
 /// SBX-5, KEY-1, KEY-5 under `airlock up`: a worker run by a real server
