@@ -61,27 +61,34 @@ impl SseDecoder {
                 bytes = rest;
             }
         }
-        for &b in bytes {
+        while !bytes.is_empty() {
             if self.after_cr {
                 self.after_cr = false;
-                if b == b'\n' {
+                if bytes[0] == b'\n' {
+                    bytes = &bytes[1..];
                     continue;
                 }
             }
-            match b {
-                b'\n' | b'\r' => {
-                    self.after_cr = b == b'\r';
+            // Copy up to the next line end in one piece.
+            let end = bytes.iter().position(|&b| b == b'\n' || b == b'\r');
+            let (segment, rest) = match end {
+                Some(i) => (&bytes[..i], Some((bytes[i], &bytes[i + 1..]))),
+                None => (bytes, None),
+            };
+            if self.line.len() + segment.len() + self.data.len() > self.max {
+                return Err(SseError::TooLarge(self.max));
+            }
+            self.line.extend_from_slice(segment);
+            match rest {
+                Some((terminator, rest)) => {
+                    self.after_cr = terminator == b'\r';
                     let line = std::mem::take(&mut self.line);
                     if let Some(ev) = self.line_done(&line)? {
                         out.push(ev);
                     }
+                    bytes = rest;
                 }
-                _ => {
-                    if self.line.len() + self.data.len() >= self.max {
-                        return Err(SseError::TooLarge(self.max));
-                    }
-                    self.line.push(b);
-                }
+                None => bytes = &[],
             }
         }
         Ok(out)
