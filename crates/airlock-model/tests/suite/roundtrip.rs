@@ -201,6 +201,9 @@ async fn agt_2_parallel_calls_keep_their_order_ids_and_arguments() {
         messages.push(Message::tool_result("c_a", "A"));
         messages.push(Message::tool_error("c_b", "not allowed"));
         messages.push(Message::tool_result("c_c", "C"));
+        // User text after the results: for Anthropic it shares their user
+        // message and must come after the tool_result blocks.
+        messages.push(Message::user("Carry on."));
         let mut req = request(messages, stream);
         req.parallel_tool_calls = Some(true);
         let r = c
