@@ -335,3 +335,6 @@ mod tests {
         assert!(!transient_kind("invalid_request_error"));
     }
 }
+
+#[cfg(test)]
+mod samples;
