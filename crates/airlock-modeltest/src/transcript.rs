@@ -145,11 +145,19 @@ pub fn check_chat(body: &Value) -> Result<(), String> {
 }
 
 pub fn check_responses(body: &Value) -> Result<(), String> {
+    // A plain string is a single user message.
+    if body
+        .get("input")
+        .and_then(Value::as_str)
+        .is_some_and(|t| !t.is_empty())
+    {
+        return Ok(());
+    }
     let input = body
         .get("input")
         .and_then(Value::as_array)
         .filter(|m| !m.is_empty())
-        .ok_or("input must be a non-empty array")?;
+        .ok_or("input must be a non-empty string or array")?;
     let mut ids = HashSet::new();
     let mut open: HashSet<String> = HashSet::new();
     for (i, item) in input.iter().enumerate() {
