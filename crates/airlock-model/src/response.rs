@@ -193,6 +193,8 @@ pub struct ModelResponse {
     pub stop_reason: StopReason,
     /// The provider's own word for the stop (`length`, `max_output_tokens`, …).
     pub provider_stop: Option<String>,
+    /// What the final attempt used. Attempts that failed (a cut stream, a
+    /// 5xx) may have been billed too, but report nothing.
     pub usage: Usage,
     /// False when the provider sent no usage at all (some compatible servers
     /// do not while streaming): the counts are then zero, not measured.

@@ -4,7 +4,8 @@
 //! The rules, per format:
 //! - **Chat Completions**: roles are system, developer, user, assistant,
 //!   tool; an assistant's `tool_calls` have unique ids, `type: function`
-//!   and string arguments; the messages right after it are `tool` messages
+//!   and string arguments holding a JSON object (llama.cpp parses them);
+//!   the messages right after it are `tool` messages
 //!   answering each of those ids exactly once, before any other message; no
 //!   `tool` message answers a call that is not open.
 //! - **Responses**: `input` items are messages, `function_call` (unique
@@ -109,6 +110,14 @@ pub fn check_chat(body: &Value) -> Result<(), String> {
                     {
                         return Err(format!(
                             "messages[{i}].tool_calls[{k}] needs a name and string arguments"
+                        ));
+                    }
+                    // Compatible servers (llama.cpp) parse the arguments to
+                    // render their templates and refuse text that is not JSON.
+                    let args = s(f, "arguments").unwrap_or("");
+                    if !serde_json::from_str::<Value>(args).is_ok_and(|v| v.is_object()) {
+                        return Err(format!(
+                            "messages[{i}].tool_calls[{k}] arguments are not a JSON object"
                         ));
                     }
                     if !ids.insert(id.to_string()) {

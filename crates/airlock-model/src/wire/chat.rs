@@ -2,7 +2,8 @@
 //! compatible with it.
 //!
 //! Request: system messages stay in place; an assistant turn is one
-//! message with `content` (text or null) and `tool_calls`; each result is a
+//! message with `content` (text or null) and `tool_calls` (argument text
+//! that is not a JSON object goes back as `{}`); each result is a
 //! `tool` message with its `tool_call_id`, right after the call's turn.
 //! There is no error flag on a result, so an error result's content starts
 //! with [`super::ERROR_RESULT_PREFIX`].
@@ -26,7 +27,7 @@ use crate::conversation::{AssistantItem, Message, ModelRequest, ToolChoice};
 use crate::error::ModelError;
 use crate::events::{EventSink, StreamEvent};
 use crate::profile::{Compat, MaxTokensField, WireFormat};
-use crate::response::{Builder, ModelResponse, StopReason};
+use crate::response::{Builder, ModelResponse, StopReason, parse_arguments};
 
 const F: WireFormat = WireFormat::OpenAiChat;
 
@@ -45,7 +46,7 @@ pub(crate) fn encode(r: &ModelRequest, compat: &Compat) -> Value {
                         AssistantItem::ToolCall(c) => calls.push(json!({
                             "id": c.id,
                             "type": "function",
-                            "function": {"name": c.name, "arguments": c.arguments},
+                            "function": {"name": c.name, "arguments": sendable_arguments(&c.arguments)},
                         })),
                     }
                 }
@@ -113,6 +114,17 @@ pub(crate) fn encode(r: &ModelRequest, compat: &Compat) -> Value {
         }
     }
     body
+}
+
+/// Argument text as it goes back to the server. Compatible servers parse
+/// it to render their chat templates (llama.cpp refuses the request when
+/// it is not JSON), so text that is not a JSON object is sent as `{}`; the
+/// error result that answers the call tells the model what was wrong.
+fn sendable_arguments(raw: &str) -> String {
+    match parse_arguments(raw) {
+        Ok(_) if !raw.trim().is_empty() => raw.to_string(),
+        _ => "{}".to_string(),
+    }
 }
 
 fn stop_of(finish: Option<&str>) -> StopReason {
