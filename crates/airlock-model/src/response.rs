@@ -2,7 +2,7 @@
 //! assistant items (text and tool calls), why the model stopped, and the
 //! tokens it used.
 //!
-//! The rule that matters most lives here ([`Builder::finish`]): a tool
+//! The rule that matters most lives here (`Builder::finish`): a tool
 //! call is [`CallStatus::Ready`] only when the provider marked that call
 //! complete **and** the response as a whole ended normally (end of turn or
 //! tool calls). A call cut by a token limit, or part of an incomplete or

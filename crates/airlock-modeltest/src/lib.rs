@@ -17,6 +17,25 @@
 //!
 //! This crate is for tests only (`publish = false`, a dev-dependency); it
 //! shares no code with `airlock-model`, so the two check each other.
+//!
+//! A harness test drives the real client against it like this:
+//!
+//! ```text
+//! let server = ScriptedServer::start([
+//!     Step::calls(vec![call("c1", "run_command", r#"{"argv": ["ls"]}"#)]),
+//!     Step::text("done").check(|body| /* the result of c1 is in body */ Ok(())),
+//! ]).await?;
+//! let endpoint = ModelEndpoint::new(WireFormat::OpenAiChat, &server.base_url())?;
+//! let transport = OutboundClient::new(resolver, ClientOptions {
+//!     allow_plain_http: true,                                    // loopback, plain HTTP:
+//!     allowed_private: vec![Cidr::parse("127.0.0.1/32")?],       // both refused by default
+//!     ..ClientOptions::default()
+//! });
+//! let client = HttpModelClient::new(endpoint, transport).with_clock(Arc::new(ManualClock::new(..)));
+//! … run the agent …
+//! assert_eq!(server.violations(), Vec::<String>::new());       // every request well-formed
+//! assert_eq!(server.remaining(), 0);                            // every step used
+//! ```
 
 pub mod render;
 pub mod script;
