@@ -6,6 +6,13 @@
 //! proxy or CA variables (it reads none; roots come from fixed system
 //! paths), no automatic redirects, a response size ceiling, and the same
 //! address classification as the proxy for every user-supplied URL.
+//!
+//! Two shapes of exchange: [`OutboundClient::send`] buffers a whole
+//! response under one deadline; [`OutboundClient::send_streaming`] hands
+//! back the head and then the body chunk by chunk (model streams, SSE),
+//! with a head timeout, an idle timeout between chunks, a total deadline
+//! and a byte ceiling enforced on every read. Dropping a
+//! [`StreamingResponse`] closes the connection.
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -14,9 +21,11 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use http::{HeaderMap, HeaderValue, Method, Request, header};
 use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
+use tokio::time::Instant;
 
 use crate::authority::{self, Authority, Host};
 use crate::classify::{self, AddrClass};
@@ -58,6 +67,94 @@ pub struct ClientResponse {
     pub status: u16,
     pub headers: HeaderMap,
     pub body: Bytes,
+}
+
+/// Limits of one streamed exchange ([`OutboundClient::send_streaming`]).
+/// The client's connect and TLS timeouts still apply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StreamLimits {
+    /// From sending the request to the response head.
+    pub head_timeout: Duration,
+    /// The longest wait for the next body chunk.
+    pub idle_timeout: Duration,
+    /// The whole exchange, from connecting to the last byte of the body.
+    pub total_deadline: Duration,
+    /// Body bytes read before the response is refused as too large.
+    pub max_body_bytes: usize,
+}
+
+/// A response whose body is read chunk by chunk, each read bounded by the
+/// idle timeout, the total deadline and the byte ceiling. Redirects are
+/// returned, not followed. Dropping it closes the connection (that is how
+/// a caller cancels a stream).
+#[derive(Debug)]
+pub struct StreamingResponse {
+    pub status: u16,
+    pub headers: HeaderMap,
+    body: Incoming,
+    deadline: Instant,
+    idle: Duration,
+    max: usize,
+    received: usize,
+    ended: bool,
+}
+
+impl StreamingResponse {
+    /// The next chunk of body bytes, `None` once the body ended cleanly. A
+    /// body the peer cut short is an [`ClientError::Http`] error, never a
+    /// clean end.
+    pub async fn chunk(&mut self) -> Result<Option<Bytes>, ClientError> {
+        loop {
+            if self.ended {
+                return Ok(None);
+            }
+            let now = Instant::now();
+            if now >= self.deadline {
+                return Err(ClientError::Timeout("deadline"));
+            }
+            let idle_end = now + self.idle;
+            let (until, stage) = if idle_end < self.deadline {
+                (idle_end, "stream_idle")
+            } else {
+                (self.deadline, "deadline")
+            };
+            let frame = match tokio::time::timeout_at(until, self.body.frame()).await {
+                Err(_) => return Err(ClientError::Timeout(stage)),
+                Ok(None) => {
+                    self.ended = true;
+                    return Ok(None);
+                }
+                Ok(Some(Err(e))) => return Err(ClientError::Http(e.to_string())),
+                Ok(Some(Ok(frame))) => frame,
+            };
+            // Trailers carry no body bytes; keep reading.
+            let Ok(data) = frame.into_data() else {
+                continue;
+            };
+            if data.is_empty() {
+                continue;
+            }
+            if self.received.saturating_add(data.len()) > self.max {
+                return Err(ClientError::TooLarge(self.max));
+            }
+            self.received += data.len();
+            return Ok(Some(data));
+        }
+    }
+
+    /// The rest of the body, within the same limits.
+    pub async fn collect(mut self) -> Result<Bytes, ClientError> {
+        let mut buf = BytesMut::new();
+        while let Some(d) = self.chunk().await? {
+            buf.extend_from_slice(&d);
+        }
+        Ok(buf.freeze())
+    }
+
+    /// Body bytes received so far.
+    pub fn received(&self) -> usize {
+        self.received
+    }
 }
 
 /// Why a request failed; [`ClientError::reason`] gives a stable code.
@@ -194,7 +291,8 @@ impl OutboundClient {
             .collect())
     }
 
-    /// Sends one request within the total deadline.
+    /// Sends one request within the total deadline and buffers the whole
+    /// response (up to `max_response_bytes`).
     pub async fn send(
         &self,
         method: Method,
@@ -202,21 +300,65 @@ impl OutboundClient {
         headers: HeaderMap,
         body: Bytes,
     ) -> Result<ClientResponse, ClientError> {
-        tokio::time::timeout(
-            self.opts.total_deadline,
-            self.send_inner(method, url, headers, body),
-        )
-        .await
-        .map_err(|_| ClientError::Timeout("request"))?
+        let limits = StreamLimits {
+            head_timeout: self.opts.response_timeout,
+            idle_timeout: self.opts.total_deadline,
+            total_deadline: self.opts.total_deadline,
+            max_body_bytes: self.opts.max_response_bytes,
+        };
+        let resp = self
+            .send_streaming(method, url, headers, body, limits)
+            .await?;
+        let (status, headers) = (resp.status, resp.headers.clone());
+        let body = resp.collect().await?;
+        Ok(ClientResponse {
+            status,
+            headers,
+            body,
+        })
     }
 
-    async fn send_inner(
+    /// Sends one request and returns as soon as the response head arrived;
+    /// the body is then read with [`StreamingResponse::chunk`]. The total
+    /// deadline starts now and covers the body too.
+    pub async fn send_streaming(
         &self,
         method: Method,
         url: &str,
         headers: HeaderMap,
         body: Bytes,
-    ) -> Result<ClientResponse, ClientError> {
+        limits: StreamLimits,
+    ) -> Result<StreamingResponse, ClientError> {
+        let deadline = Instant::now() + limits.total_deadline;
+        let resp = tokio::time::timeout_at(
+            deadline,
+            self.open(method, url, headers, body, limits.head_timeout),
+        )
+        .await
+        .map_err(|_| ClientError::Timeout("request"))??;
+        let (parts, body) = resp.into_parts();
+        Ok(StreamingResponse {
+            status: parts.status.as_u16(),
+            headers: parts.headers,
+            body,
+            deadline,
+            idle: limits.idle_timeout,
+            max: limits.max_body_bytes,
+            received: 0,
+            ended: false,
+        })
+    }
+
+    /// Connects to a checked address and sends the request; answers the
+    /// response head.
+    async fn open(
+        &self,
+        method: Method,
+        url: &str,
+        headers: HeaderMap,
+        body: Bytes,
+        head_timeout: Duration,
+    ) -> Result<hyper::Response<Incoming>, ClientError> {
         let (https, target, path) = parse_url(url, self.opts.allow_plain_http)?;
         let addrs = self.check(&target).await?;
         let mut stream = None;
@@ -232,6 +374,14 @@ impl OutboundClient {
         }
         let stream = stream.ok_or(ClientError::Connect)?;
         let host_header = target.to_string();
+        let exchange = Exchange {
+            method,
+            path: &path,
+            host: &host_header,
+            headers,
+            body,
+            head_timeout,
+        };
         if https {
             let server_name = match &target.host {
                 Host::Name(n) => rustls::pki_types::ServerName::try_from(n.clone())
@@ -243,73 +393,46 @@ impl OutboundClient {
                     .await
                     .map_err(|_| ClientError::Timeout("tls"))?
                     .map_err(|e| ClientError::Tls(e.to_string()))?;
-            self.exchange(
-                TokioIo::new(tls),
-                method,
-                &path,
-                &host_header,
-                headers,
-                body,
-            )
-            .await
+            exchange.run(TokioIo::new(tls)).await
         } else {
-            self.exchange(
-                TokioIo::new(stream),
-                method,
-                &path,
-                &host_header,
-                headers,
-                body,
-            )
-            .await
+            exchange.run(TokioIo::new(stream)).await
         }
     }
+}
 
-    async fn exchange<S>(
-        &self,
-        io: TokioIo<S>,
-        method: Method,
-        path: &str,
-        host: &str,
-        headers: HeaderMap,
-        body: Bytes,
-    ) -> Result<ClientResponse, ClientError>
+/// One request on a fresh connection.
+struct Exchange<'a> {
+    method: Method,
+    path: &'a str,
+    host: &'a str,
+    headers: HeaderMap,
+    body: Bytes,
+    head_timeout: Duration,
+}
+
+impl Exchange<'_> {
+    async fn run<S>(self, io: TokioIo<S>) -> Result<hyper::Response<Incoming>, ClientError>
     where
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
         let (mut sender, conn) = hyper::client::conn::http1::handshake(io)
             .await
             .map_err(|e| ClientError::Http(e.to_string()))?;
+        // The connection task ends when the response body is read to its
+        // end or dropped, so a dropped stream closes the socket.
         tokio::spawn(conn);
         let mut req = Request::builder()
-            .method(method)
-            .uri(path)
-            .body(Full::new(body))
+            .method(self.method)
+            .uri(self.path)
+            .body(Full::new(self.body))
             .map_err(|e| ClientError::Http(e.to_string()))?;
-        *req.headers_mut() = headers;
-        if let Ok(v) = HeaderValue::from_str(host) {
+        *req.headers_mut() = self.headers;
+        if let Ok(v) = HeaderValue::from_str(self.host) {
             req.headers_mut().insert(header::HOST, v);
         }
-        let resp = tokio::time::timeout(self.opts.response_timeout, sender.send_request(req))
+        tokio::time::timeout(self.head_timeout, sender.send_request(req))
             .await
             .map_err(|_| ClientError::Timeout("response"))?
-            .map_err(|e| ClientError::Http(e.to_string()))?;
-        let (parts, mut body) = resp.into_parts();
-        let max = self.opts.max_response_bytes;
-        let mut buf = BytesMut::new();
-        while let Some(frame) = body.frame().await {
-            let frame = frame.map_err(|e| ClientError::Http(e.to_string()))?;
-            if let Some(d) = frame.data_ref() {
-                if buf.len() + d.len() > max {
-                    return Err(ClientError::TooLarge(max));
-                }
-                buf.extend_from_slice(d);
-            }
-        }
-        Ok(ClientResponse {
-            status: parts.status.as_u16(),
-            headers: parts.headers,
-            body: buf.freeze(),
-        })
+            .map_err(|e| ClientError::Http(e.to_string()))
     }
 }

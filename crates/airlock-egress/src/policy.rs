@@ -146,6 +146,12 @@ impl Rule {
 pub struct Credential(String);
 
 impl Credential {
+    /// Wraps a value resolved on the trusted side (a channel's header value,
+    /// a model provider key).
+    pub fn new(value: impl Into<String>) -> Self {
+        Self(value.into())
+    }
+
     pub fn expose(&self) -> &str {
         &self.0
     }
