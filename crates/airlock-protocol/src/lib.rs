@@ -11,7 +11,10 @@
 //! Field names and shapes are the wire format: renaming one is a breaking
 //! change for clients.
 
+pub mod actions;
+pub mod approvals;
 pub mod audit;
+pub mod emergency;
 pub mod error;
 pub mod identity;
 pub mod runs;
