@@ -361,5 +361,6 @@ fn egress_setup(a: &ExecArgs) -> Result<Option<EgressPlan>, String> {
         channels: a.channel.clone(),
         log,
         resolver: None,
+        halt: None,
     }))
 }
