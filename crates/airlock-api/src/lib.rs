@@ -13,8 +13,10 @@
 //!
 //! [`Caller`]: airlock_service::Caller
 
+mod approvals;
 mod audit;
 pub mod auth;
+mod emergency;
 mod health;
 mod identity;
 pub mod limits;
@@ -250,6 +252,8 @@ pub fn api_router() -> OpenApiRouter<AppState> {
         .merge(runs::routes())
         .merge(secrets::routes())
         .merge(audit::routes())
+        .merge(approvals::routes())
+        .merge(emergency::routes())
         .merge(uploads::routes())
         .merge(webhooks::routes())
 }

@@ -191,7 +191,7 @@ pub const MAX_NOTE_CHARS: usize = 1000;
 pub const MAX_PREFIX_ARGS: usize = 16;
 
 /// Body of `POST /v1/approvals/{id}/approve`.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Approve {
     /// How far the approval reaches (default `once`).
@@ -213,7 +213,7 @@ pub struct Approve {
 }
 
 /// Body of `POST /v1/approvals/{id}/reject`.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Reject {
     #[serde(default)]
@@ -292,4 +292,73 @@ pub struct ApprovalSettings {
 #[serde(deny_unknown_fields)]
 pub struct PutApprovalSettings {
     pub allow_self_approval: bool,
+}
+
+impl<'de> Deserialize<'de> for Approve {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Raw {
+            #[serde(default)]
+            grant: Option<Grant>,
+            #[serde(default)]
+            argv_prefix: Option<Vec<String>>,
+            #[serde(default)]
+            payload_hash: Option<String>,
+            #[serde(default)]
+            note: Option<String>,
+        }
+        let r: Raw = crate::object_only::deserialize(d)?;
+        Ok(Approve {
+            grant: r.grant,
+            argv_prefix: r.argv_prefix,
+            payload_hash: r.payload_hash,
+            note: r.note,
+        })
+    }
+}
+
+impl<'de> Deserialize<'de> for Reject {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Raw {
+            #[serde(default)]
+            note: Option<String>,
+        }
+        let r: Raw = crate::object_only::deserialize(d)?;
+        Ok(Reject { note: r.note })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn api_5_optional_bodies_take_an_object_only() {
+        assert!(serde_json::from_str::<Approve>("[]").is_err());
+        assert!(serde_json::from_str::<Reject>("[null]").is_err());
+        assert!(serde_json::from_str::<crate::emergency::StopRequest>("[]").is_err());
+        assert!(serde_json::from_str::<Approve>(r#"{"nope": 1}"#).is_err());
+        // Positive controls.
+        assert_eq!(
+            serde_json::from_str::<Approve>("{}").unwrap(),
+            Approve::default()
+        );
+        let a: Approve = serde_json::from_str(
+            r#"{"grant": "argv_prefix", "argv_prefix": ["git"], "note": "ok"}"#,
+        )
+        .unwrap();
+        assert_eq!(a.grant, Some(Grant::ArgvPrefix));
+        assert_eq!(a.note.as_deref(), Some("ok"));
+        assert_eq!(
+            serde_json::from_str::<crate::emergency::StopRequest>(r#"{"reason": "drill"}"#)
+                .unwrap()
+                .reason
+                .as_deref(),
+            Some("drill")
+        );
+    }
 }

@@ -17,7 +17,7 @@ pub struct EmergencyState {
 }
 
 /// Body of `POST /v1/emergency-stop`.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct StopRequest {
     #[serde(default)]
@@ -37,4 +37,17 @@ pub struct Stopped {
     pub approvals_cancelled: i64,
     /// Agent actions that had not been dispatched, now `aborted`.
     pub actions_aborted: i64,
+}
+
+impl<'de> Deserialize<'de> for StopRequest {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Raw {
+            #[serde(default)]
+            reason: Option<String>,
+        }
+        let r: Raw = crate::object_only::deserialize(d)?;
+        Ok(StopRequest { reason: r.reason })
+    }
 }
