@@ -142,7 +142,11 @@ pub enum Settlement {
 #[serde(deny_unknown_fields)]
 pub struct SettleAction {
     pub outcome: Settlement,
+    /// At most 1000 characters; no control characters but newline and tab.
     #[serde(default)]
-    #[schema(max_length = 1000)]
+    #[schema(
+        max_length = 1000,
+        pattern = "^[^\\u0000-\\u0008\\u000b-\\u001f\\u007f-\\u009f]*$"
+    )]
     pub note: Option<String>,
 }

@@ -207,8 +207,12 @@ pub struct Approve {
     #[serde(default)]
     #[schema(pattern = "^[0-9a-f]{64}$")]
     pub payload_hash: Option<String>,
+    /// At most 1000 characters; no control characters but newline and tab.
     #[serde(default)]
-    #[schema(max_length = 1000)]
+    #[schema(
+        max_length = 1000,
+        pattern = "^[^\\u0000-\\u0008\\u000b-\\u001f\\u007f-\\u009f]*$"
+    )]
     pub note: Option<String>,
 }
 
@@ -216,8 +220,12 @@ pub struct Approve {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Reject {
+    /// At most 1000 characters; no control characters but newline and tab.
     #[serde(default)]
-    #[schema(max_length = 1000)]
+    #[schema(
+        max_length = 1000,
+        pattern = "^[^\\u0000-\\u0008\\u000b-\\u001f\\u007f-\\u009f]*$"
+    )]
     pub note: Option<String>,
 }
 

@@ -20,8 +20,9 @@ pub struct EmergencyState {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct StopRequest {
+    /// At most 1000 characters, on one line (no control characters).
     #[serde(default)]
-    #[schema(max_length = 1000)]
+    #[schema(max_length = 1000, pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f]*$")]
     pub reason: Option<String>,
 }
 

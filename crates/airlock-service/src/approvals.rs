@@ -155,6 +155,7 @@ impl Service {
     /// Approves a pending request (rules 1 … 4 of the module header).
     pub async fn approve(&self, c: &Caller, id: &str, b: &Approve) -> Result<Approval> {
         c.require(Permission::ApprovalsDecide)?;
+        let a = self.get_approval_in(&c.workspace, id).await?;
         let note = check_note(&b.note)?;
         if let Some(h) = &b.payload_hash
             && !is_hash(h)
@@ -163,7 +164,6 @@ impl Service {
                 "payload_hash is 64 lowercase hex characters",
             ));
         }
-        let a = self.get_approval_in(&c.workspace, id).await?;
         if c.actor_id() == a.requested_by || c.actor_id() == a.run_actor {
             let settings = self.store.approval_settings(&c.workspace).await.svc()?;
             if !settings.allow_self_approval {
@@ -220,6 +220,7 @@ impl Service {
     /// Rejects a pending request.
     pub async fn reject(&self, c: &Caller, id: &str, b: &Reject) -> Result<Approval> {
         c.require(Permission::ApprovalsDecide)?;
+        self.get_approval_in(&c.workspace, id).await?;
         let note = check_note(&b.note)?;
         let d = Decision {
             approve: false,

@@ -377,7 +377,8 @@ impl Service {
         c.require(Permission::ApprovalsDecide)?;
         if let Some(n) = &b.note
             && (n.chars().count() > airlock_protocol::approvals::MAX_NOTE_CHARS
-                || n.chars().any(|ch| ch.is_control() && ch != '\n'))
+                || n.chars()
+                    .any(|ch| ch.is_control() && ch != '\n' && ch != '\t'))
         {
             return Err(Error::invalid_body(
                 "note is at most 1000 characters without control characters",

@@ -417,6 +417,9 @@ impl Service {
     /// any run.
     pub async fn run_plan(&self, c: &Caller, token: &str) -> Result<Run> {
         c.require(Permission::RunsCreate)?;
+        // Checked before the token is spent: a stopped workspace keeps its
+        // plans usable for after the resume.
+        self.require_not_stopped(&c.workspace).await?;
         let taken = self.take_quotas(&self.run_quotas(c)).await?;
         let created = self.run_plan_inner(c, token).await;
         if created.is_err() {
