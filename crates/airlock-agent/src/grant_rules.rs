@@ -100,8 +100,8 @@ pub const EXEC_FLAGS: &[&str] = &[
     "--rcfile",
 ];
 
-/// The longest rule and the longest element (the API's limits).
-pub const MAX_PREFIX_ARGS: usize = 16;
+/// The longest rule and the longest element, as in the protocol.
+pub const MAX_PREFIX_ARGS: usize = airlock_protocol::approvals::MAX_PREFIX_ARGS;
 pub const MAX_ARG_CHARS: usize = 256;
 
 /// Why a prefix cannot be a rule.

@@ -13,8 +13,10 @@
 //!
 //! [`Caller`]: airlock_service::Caller
 
+mod approvals;
 mod audit;
 pub mod auth;
+mod emergency;
 mod health;
 mod identity;
 pub mod limits;
@@ -77,7 +79,8 @@ pub fn status_of(code: ErrorCode) -> StatusCode {
         | C::ResetRefused
         | C::SecretForbidden
         | C::LinkInvalid
-        | C::LinkExpired => StatusCode::FORBIDDEN,
+        | C::LinkExpired
+        | C::SelfApproval => StatusCode::FORBIDDEN,
         C::NotFound | C::NoRoute | C::NoSuchUser | C::UnknownWorker | C::SecretMissing => {
             StatusCode::NOT_FOUND
         }
@@ -98,11 +101,18 @@ pub fn status_of(code: ErrorCode) -> StatusCode {
         | C::IdempotencyConflict
         | C::PlanRefused
         | C::NoWebhookTrigger
-        | C::TriggerNotDeclared => StatusCode::CONFLICT,
+        | C::TriggerNotDeclared
+        | C::ApprovalNotPending
+        | C::ApprovalExpired
+        | C::ApprovalHashMismatch
+        | C::EmergencyStopped => StatusCode::CONFLICT,
         C::RateLimited | C::QuotaExceeded | C::TooManyStreams => StatusCode::TOO_MANY_REQUESTS,
-        C::InvalidCode | C::InputInvalid | C::SecretInvalid | C::InvalidSecret | C::BadArchive => {
-            StatusCode::UNPROCESSABLE_ENTITY
-        }
+        C::InvalidCode
+        | C::InputInvalid
+        | C::SecretInvalid
+        | C::InvalidSecret
+        | C::BadArchive
+        | C::RuleRefused => StatusCode::UNPROCESSABLE_ENTITY,
         C::NotReady => StatusCode::SERVICE_UNAVAILABLE,
         C::SecretRollback | C::Internal => StatusCode::INTERNAL_SERVER_ERROR,
     }
@@ -242,6 +252,8 @@ pub fn api_router() -> OpenApiRouter<AppState> {
         .merge(runs::routes())
         .merge(secrets::routes())
         .merge(audit::routes())
+        .merge(approvals::routes())
+        .merge(emergency::routes())
         .merge(uploads::routes())
         .merge(webhooks::routes())
 }

@@ -42,7 +42,8 @@ impl Modify for Security {
     security(("api_key" = []), ("session" = [])),
     tags(
         (name = "health"), (name = "identity"), (name = "workers"), (name = "runs"),
-        (name = "secrets"), (name = "audit"), (name = "uploads"), (name = "webhooks")
+        (name = "secrets"), (name = "audit"), (name = "uploads"), (name = "webhooks"),
+        (name = "approvals"), (name = "emergency")
     )
 )]
 pub struct ApiDoc;

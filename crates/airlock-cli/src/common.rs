@@ -40,7 +40,7 @@ pub struct Paths {
     pub key_dir: Option<PathBuf>,
     /// Talk to a server with the stored API key (`airlock login`) instead
     /// of opening the local database (`run`, `plan`, `runs …`,
-    /// `secrets …`, `audit verify`).
+    /// `secrets …`, `approvals …`, `stop`, `resume`, `audit verify`).
     #[arg(long, env = "AIRLOCK_REMOTE", global = true)]
     pub remote: bool,
 }

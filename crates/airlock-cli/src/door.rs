@@ -7,6 +7,12 @@
 use std::sync::Arc;
 
 use airlock_protocol::Error;
+use airlock_protocol::actions::{Action, ActionList, SettleAction};
+use airlock_protocol::approvals::{
+    Approval, ApprovalList, ApprovalSettings, Approve, ListApprovals, PutApprovalSettings, Reject,
+    RuleList,
+};
+use airlock_protocol::emergency::{EmergencyState, StopRequest, Stopped};
 use airlock_protocol::runs::{
     Cancelled, CreatePlan, CreateRun, ListRuns, PlanCreated, Run, RunCreated, RunDetail, RunEvent,
     RunList, RunPlan,
@@ -23,6 +29,29 @@ pub enum Door {
     Local { svc: Arc<Service>, caller: Caller },
     /// A server, with an API key.
     Remote(Remote),
+}
+
+/// Executes a run in this process once it may start: a run waiting for a
+/// person is waited for (requests nobody decides expire, so this ends),
+/// a run another executor claimed is followed to its end.
+async fn execute_locally(svc: &Arc<Service>, caller: &Caller, run_id: &str) -> Result<(), Error> {
+    use airlock_protocol::RunState;
+    loop {
+        let run = svc.get_run(caller, run_id).await?;
+        match run.state {
+            RunState::Queued => {
+                if svc.execute_here(caller, run_id).await? {
+                    return Ok(());
+                }
+            }
+            RunState::AwaitingApproval => {
+                svc.expire_approvals_once().await?;
+            }
+            RunState::Running => {}
+            _ => return Ok(()),
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
 }
 
 /// A run a command started: new, or the original of its idempotency key.
@@ -115,12 +144,10 @@ impl Door {
         sink: Option<&mut (dyn FnMut(&RunEvent) + Send)>,
     ) -> Result<(), Error> {
         match (self, sink) {
-            (Door::Local { svc, caller }, None) => {
-                svc.execute_here(caller, run_id).await.map(|_| ())
-            }
+            (Door::Local { svc, caller }, None) => execute_locally(svc, caller, run_id).await,
             (Door::Local { svc, caller }, Some(sink)) => {
                 let (executed, followed) = tokio::join!(
-                    svc.execute_here(caller, run_id),
+                    execute_locally(svc, caller, run_id),
                     self.follow(run_id, 0, sink)
                 );
                 executed?;
@@ -248,6 +275,162 @@ impl Door {
                 )
                 .await?
                 .empty(),
+        }
+    }
+
+    pub async fn list_approvals(&self, q: &ListApprovals) -> Result<ApprovalList, Error> {
+        match self {
+            Door::Local { svc, caller } => svc.list_approvals(caller, q).await,
+            Door::Remote(r) => {
+                let mut path = format!("/v1/approvals?limit={}", q.limit.unwrap_or(50));
+                if let Some(st) = q.state {
+                    path.push_str(&format!("&state={}", st.as_str()));
+                }
+                if let Some(run) = &q.run {
+                    path.push_str(&format!("&run={}", encode(run)));
+                }
+                if let Some(c) = &q.cursor {
+                    path.push_str(&format!("&cursor={}", encode(c)));
+                }
+                r.get(&path).await
+            }
+        }
+    }
+
+    pub async fn get_approval(&self, id: &str) -> Result<Approval, Error> {
+        match self {
+            Door::Local { svc, caller } => svc.get_approval(caller, id).await,
+            Door::Remote(r) => r.get(&format!("/v1/approvals/{}", encode(id))).await,
+        }
+    }
+
+    pub async fn approve(&self, id: &str, b: &Approve) -> Result<Approval, Error> {
+        match self {
+            Door::Local { svc, caller } => svc.approve(caller, id, b).await,
+            Door::Remote(r) => r
+                .request(
+                    "POST",
+                    &format!("/v1/approvals/{}/approve", encode(id)),
+                    &[],
+                    Some(b),
+                )
+                .await?
+                .json(),
+        }
+    }
+
+    pub async fn reject(&self, id: &str, b: &Reject) -> Result<Approval, Error> {
+        match self {
+            Door::Local { svc, caller } => svc.reject(caller, id, b).await,
+            Door::Remote(r) => r
+                .request(
+                    "POST",
+                    &format!("/v1/approvals/{}/reject", encode(id)),
+                    &[],
+                    Some(b),
+                )
+                .await?
+                .json(),
+        }
+    }
+
+    pub async fn list_rules(&self) -> Result<RuleList, Error> {
+        match self {
+            Door::Local { svc, caller } => svc.list_approval_rules(caller).await,
+            Door::Remote(r) => r.get("/v1/approval-rules").await,
+        }
+    }
+
+    pub async fn revoke_rule(&self, id: &str) -> Result<(), Error> {
+        match self {
+            Door::Local { svc, caller } => svc.revoke_approval_rule(caller, id).await,
+            Door::Remote(r) => r
+                .request(
+                    "POST",
+                    &format!("/v1/approval-rules/{}/revoke", encode(id)),
+                    &[],
+                    None::<&()>,
+                )
+                .await?
+                .empty(),
+        }
+    }
+
+    pub async fn approval_settings(&self) -> Result<ApprovalSettings, Error> {
+        match self {
+            Door::Local { svc, caller } => svc.approval_settings(caller).await,
+            Door::Remote(r) => r.get("/v1/approval-settings").await,
+        }
+    }
+
+    pub async fn put_approval_settings(
+        &self,
+        b: &PutApprovalSettings,
+    ) -> Result<ApprovalSettings, Error> {
+        match self {
+            Door::Local { svc, caller } => svc.put_approval_settings(caller, b).await,
+            Door::Remote(r) => r
+                .request("PUT", "/v1/approval-settings", &[], Some(b))
+                .await?
+                .json(),
+        }
+    }
+
+    pub async fn emergency_state(&self) -> Result<EmergencyState, Error> {
+        match self {
+            Door::Local { svc, caller } => svc.emergency_state(caller).await,
+            Door::Remote(r) => r.get("/v1/emergency-stop").await,
+        }
+    }
+
+    pub async fn emergency_stop(&self, b: &StopRequest) -> Result<Stopped, Error> {
+        match self {
+            Door::Local { svc, caller } => svc.emergency_stop(caller, b).await,
+            Door::Remote(r) => r
+                .request("POST", "/v1/emergency-stop", &[], Some(b))
+                .await?
+                .json(),
+        }
+    }
+
+    pub async fn emergency_resume(&self) -> Result<EmergencyState, Error> {
+        match self {
+            Door::Local { svc, caller } => svc.emergency_resume(caller).await,
+            Door::Remote(r) => r
+                .request("POST", "/v1/emergency-stop/resume", &[], None::<&()>)
+                .await?
+                .json(),
+        }
+    }
+
+    pub async fn list_actions(&self, run_id: &str) -> Result<ActionList, Error> {
+        match self {
+            Door::Local { svc, caller } => svc.list_actions(caller, run_id).await,
+            Door::Remote(r) => r.get(&format!("/v1/runs/{}/actions", encode(run_id))).await,
+        }
+    }
+
+    pub async fn settle_action(
+        &self,
+        run_id: &str,
+        action_id: &str,
+        b: &SettleAction,
+    ) -> Result<Action, Error> {
+        match self {
+            Door::Local { svc, caller } => svc.settle_action(caller, run_id, action_id, b).await,
+            Door::Remote(r) => r
+                .request(
+                    "POST",
+                    &format!(
+                        "/v1/runs/{}/actions/{}/settle",
+                        encode(run_id),
+                        encode(action_id)
+                    ),
+                    &[],
+                    Some(b),
+                )
+                .await?
+                .json(),
         }
     }
 }

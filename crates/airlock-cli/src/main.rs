@@ -3,6 +3,7 @@
 //! command calls the service layer — in this process, or on a server with
 //! `--remote` — through [`door::Door`]; no rule lives here.
 
+mod approvals_cmd;
 mod audit_cmd;
 mod client;
 mod common;
@@ -28,8 +29,10 @@ use clap::{Parser, Subcommand};
 /// Its only way out is a proxy made for that run, which reaches only the
 /// hosts you allow and adds your API keys on the trusted side, so the code
 /// never holds them. Runs are queued and survive crashes, and every state
-/// change is written to a tamper-evident audit log. (Agent workers load but
-/// do not run yet.)
+/// change is written to a tamper-evident audit log. A worker can require a
+/// person's approval of exactly what it will run, and `airlock stop` halts
+/// everything of a workspace at once. (Agent workers load but do not run
+/// yet.)
 ///
 /// Start with `airlock up` (the HTTP API, queue and executor on
 /// 127.0.0.1:8000, the workers in ./workers), then `airlock run WORKER`; or
@@ -66,6 +69,29 @@ enum Command {
     Runs {
         #[command(subcommand)]
         command: runs_cmd::RunsCommand,
+    },
+    /// Approval requests: list, show (payload and hash), approve, reject;
+    /// standing rules and settings.
+    Approvals {
+        #[command(subcommand)]
+        command: approvals_cmd::ApprovalsCommand,
+    },
+    /// Emergency stop of the workspace: cancel what waits, kill what runs,
+    /// start nothing until `airlock resume`.
+    Stop {
+        /// Why (recorded in the audit log).
+        #[arg(long)]
+        reason: Option<String>,
+        /// Only show whether the workspace is stopped; change nothing.
+        #[arg(long, conflicts_with = "reason")]
+        show: bool,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Clear the emergency stop. Restarts nothing.
+    Resume {
+        #[arg(long)]
+        json: bool,
     },
     /// Worker bundles.
     Worker {
@@ -133,6 +159,9 @@ fn main() -> ExitCode {
         Command::Run(a) => runs_cmd::run(&cli.paths, &a),
         Command::Plan(a) => runs_cmd::plan(&cli.paths, &a),
         Command::Runs { command } => runs_cmd::runs(&cli.paths, &command),
+        Command::Approvals { command } => approvals_cmd::approvals(&cli.paths, &command),
+        Command::Stop { reason, show, json } => approvals_cmd::stop(&cli.paths, reason, show, json),
+        Command::Resume { json } => approvals_cmd::resume(&cli.paths, json),
         Command::Worker { command } => worker_cmd::worker(&command),
         Command::Audit { command } => audit_cmd::audit(&cli.paths, &command),
         Command::Secrets { command } => secrets_cmd::secrets(&cli.paths, &command),

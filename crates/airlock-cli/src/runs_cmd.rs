@@ -81,7 +81,13 @@ pub fn run(paths: &Paths, a: &RunArgs) -> ExitCode {
             eprintln!(
                 "airlock: {id} {} ({})",
                 run.worker_id,
-                if created { "queued" } else { "existing run" }
+                if !created {
+                    "existing run"
+                } else if run.state == RunState::AwaitingApproval {
+                    "waiting for a person to approve it: `airlock approvals list --run` shows the request"
+                } else {
+                    "queued"
+                }
             );
         }
         let clock = std::time::Instant::now();
@@ -213,8 +219,24 @@ pub enum RunsCommand {
         #[arg(long)]
         follow: bool,
     },
-    /// Cancel (idempotent): queued never starts, running is killed.
+    /// Cancel (idempotent): queued or waiting never starts, running is killed.
     Cancel { id: String },
+    /// An agent run's actions (tool calls), in order.
+    Actions {
+        id: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Settle an action whose outcome is unknown (after a crash): it
+    /// succeeded, it failed, or re-run it after a new approval.
+    Settle {
+        run: String,
+        action: String,
+        #[arg(long, value_parser = ["succeeded", "failed", "rerun"])]
+        outcome: String,
+        #[arg(long)]
+        note: Option<String>,
+    },
 }
 
 pub fn runs(paths: &Paths, cmd: &RunsCommand) -> ExitCode {
@@ -279,6 +301,51 @@ pub fn runs(paths: &Paths, cmd: &RunsCommand) -> ExitCode {
                     }
                     Err(e) => fail(&e),
                 }
+            }
+        }
+        RunsCommand::Actions { id, json } => match door.list_actions(id).await {
+            Ok(list) if *json => {
+                println!("{}", serde_json::to_value(&list).unwrap_or_default());
+                ExitCode::SUCCESS
+            }
+            Ok(list) => {
+                for a in &list.actions {
+                    println!(
+                        "{:>3} {}  {:<17} {:<12} attempt {}  sha256 {}",
+                        a.seq,
+                        a.id,
+                        a.state.as_str(),
+                        a.kind,
+                        a.attempt,
+                        a.payload_hash
+                    );
+                }
+                ExitCode::SUCCESS
+            }
+            Err(e) => fail(&e),
+        },
+        RunsCommand::Settle {
+            run,
+            action,
+            outcome,
+            note,
+        } => {
+            use airlock_protocol::actions::{SettleAction, Settlement};
+            let outcome = match outcome.as_str() {
+                "succeeded" => Settlement::Succeeded,
+                "failed" => Settlement::Failed,
+                _ => Settlement::Rerun,
+            };
+            let b = SettleAction {
+                outcome,
+                note: note.clone(),
+            };
+            match door.settle_action(run, action, &b).await {
+                Ok(a) => {
+                    println!("{} {}", a.id, a.state.as_str());
+                    ExitCode::SUCCESS
+                }
+                Err(e) => fail(&e),
             }
         }
         RunsCommand::Cancel { id } => match door.cancel_run(id).await {

@@ -400,6 +400,7 @@ fn egress_plan(a: &ExecArgs) -> Result<Option<EgressPlan>, String> {
         channels: a.channel.clone(),
         log: Arc::new(NullLog),
         resolver: None,
+        halt: None,
     }))
 }
 

@@ -16,8 +16,8 @@
 use std::convert::Infallible;
 use std::io::Write;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -150,6 +150,8 @@ struct Shared {
     resolver: Arc<dyn Resolve>,
     tls: tokio_rustls::TlsConnector,
     log: Arc<dyn LogSink>,
+    /// While set, every new request is refused (`emergency_stop`).
+    halt: OnceLock<Arc<AtomicBool>>,
 }
 
 struct Ctx {
@@ -314,9 +316,18 @@ impl Egress {
                 resolver,
                 tls,
                 log,
+                halt: OnceLock::new(),
             }),
             policy_error,
         })
+    }
+
+    /// A flag that, while set, makes the proxy refuse every new request
+    /// with 403 `emergency_stop` (read on each request; tunnels already
+    /// open are the caller's to end, by ending the sandbox). Set once,
+    /// before serving; false when a flag was already set.
+    pub fn halt_when(&self, flag: Arc<AtomicBool>) -> bool {
+        self.shared.halt.set(flag).is_ok()
     }
 
     /// The load error when the proxy is running without a policy.
@@ -528,6 +539,14 @@ async fn handle(req: Request<Incoming>, ctx: Arc<Ctx>) -> Response<Body> {
         ctx.log(json!({"event": "egress_decision", "decision": "deny", "reason": reason}));
         refusal(status, reason)
     };
+    if ctx
+        .shared
+        .halt
+        .get()
+        .is_some_and(|h| h.load(Ordering::SeqCst))
+    {
+        return deny(&ctx, StatusCode::FORBIDDEN, "emergency_stop");
+    }
     if !ctx.counters.admit(limits.max_requests_per_second) {
         let mut r = deny(&ctx, StatusCode::TOO_MANY_REQUESTS, "rate_limited");
         r.headers_mut()

@@ -211,3 +211,59 @@ fn net_7_tunnel_cap_and_dead_upstreams() {
         assert!(d.get(field).is_some(), "{field} missing in {d}");
     }
 }
+
+/// AGT-6: while the halt flag (the workspace's emergency stop) is set,
+/// every new request — CONNECT, plain HTTP, a channel — gets 403
+/// `emergency_stop` and reaches no upstream; cleared, the same requests
+/// get through again.
+#[test]
+fn agt_6_a_halted_proxy_refuses_every_new_request() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let up = TcpListener::bind("127.0.0.1:0").unwrap();
+    let up_port = up.local_addr().unwrap().port();
+    let hits = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    {
+        let hits = hits.clone();
+        std::thread::spawn(move || {
+            let mut held = Vec::new();
+            for s in up.incoming().flatten() {
+                hits.fetch_add(1, Ordering::SeqCst);
+                held.push(s);
+            }
+        });
+    }
+    let policy = format!("[[allow]]\ncidr = \"127.0.0.1/32\"\nports = [{up_port}]\n");
+    let e = egress(&policy);
+    let halt = Arc::new(AtomicBool::new(false));
+    assert!(e.halt_when(halt.clone()));
+    assert!(!e.halt_when(Arc::new(AtomicBool::new(false))), "set once");
+    let (_s, port) = listen(&e, "a");
+    let connect = format!("CONNECT 127.0.0.1:{up_port} HTTP/1.1\r\nHost: x\r\n\r\n");
+    // Positive control: not halted, the tunnel opens.
+    let (code, head) = status_of(port, connect.as_bytes());
+    assert_eq!(code, 200, "{head}");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while hits.load(Ordering::SeqCst) < 1 {
+        assert!(Instant::now() < deadline);
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    halt.store(true, Ordering::SeqCst);
+    for req in [
+        connect.clone(),
+        format!("GET http://127.0.0.1:{up_port}/ HTTP/1.1\r\nHost: x\r\n\r\n"),
+        "GET /channels/openai/v1/models HTTP/1.1\r\nHost: x\r\n\r\n".to_string(),
+    ] {
+        let (code, head) = status_of(port, req.as_bytes());
+        assert_eq!(code, 403, "{req}: {head}");
+        assert!(head.contains("emergency_stop"), "{head}");
+    }
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(
+        hits.load(Ordering::SeqCst),
+        1,
+        "nothing reached the upstream"
+    );
+    halt.store(false, Ordering::SeqCst);
+    let (code, head) = status_of(port, connect.as_bytes());
+    assert_eq!(code, 200, "resumed: {head}");
+}

@@ -82,6 +82,9 @@ pub struct EgressPlan {
     /// `None`: the system resolver (or, when it cannot be set up, one that
     /// denies every name, reported as [`Notice::ResolverUnavailable`]).
     pub resolver: Option<Arc<dyn Resolve>>,
+    /// While set, the proxy refuses every new request (`emergency_stop`):
+    /// the workspace's emergency stop, read on each request (AGT-6).
+    pub halt: Option<Arc<AtomicBool>>,
 }
 
 impl std::fmt::Debug for EgressPlan {
@@ -101,6 +104,9 @@ pub struct Controls {
     /// Set to stop the workload (same kill sequence as a timeout, reported
     /// as cancelled). The launcher only reads it.
     pub cancel: Option<Arc<AtomicBool>>,
+    /// Set together with `cancel` to kill at once, without the grace
+    /// period (the emergency stop). The launcher only reads it.
+    pub kill: Option<Arc<AtomicBool>>,
     /// Live stdout/stderr chunks (bounded; a slow reader loses chunks from
     /// the live view, never from the captured result).
     pub live_output: Option<LiveSink>,

@@ -83,6 +83,7 @@ impl SandboxLauncher {
             Hooks {
                 on_listener: Some(&mut on_listener),
                 cancel: Some(cancel),
+                kill: controls.kill.clone(),
                 live_output: controls.live_output,
             },
         );
@@ -107,6 +108,7 @@ fn start_proxy(plan: EgressPlan, notices: &mut Vec<Notice>) -> Result<Egress, La
         channels,
         log,
         resolver,
+        halt,
     } = plan;
     let policy = policy.map(|mut p| {
         // Only the channels this sandbox asked for are reachable from it.
@@ -114,8 +116,13 @@ fn start_proxy(plan: EgressPlan, notices: &mut Vec<Notice>) -> Result<Egress, La
         p
     });
     let resolver = resolver.unwrap_or_else(|| system_resolver(notices));
-    Egress::new(policy, resolver, log)
-        .map_err(|e| LaunchFailure::EgressUnavailable(format!("cannot start the proxy: {e}")))
+    let egress = Egress::new(policy, resolver, log)
+        .map_err(|e| LaunchFailure::EgressUnavailable(format!("cannot start the proxy: {e}")))?;
+    if let Some(flag) = halt {
+        // A fresh proxy has no flag yet, so this always takes.
+        egress.halt_when(flag);
+    }
+    Ok(egress)
 }
 
 /// The system resolver, or one that denies every name (closed, and said).

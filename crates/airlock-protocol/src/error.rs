@@ -76,6 +76,13 @@ error_codes! {
     PlanRefused = "plan_refused": "the plan token is unknown, used, expired, or the worker changed since planning",
     NoWebhookTrigger = "no_webhook_trigger": "the worker declares no webhook trigger",
     TriggerNotDeclared = "trigger_not_declared": "the worker does not declare a trigger for runs from this source (e.g. no manual trigger)",
+    // Approvals, agent actions and the emergency stop.
+    ApprovalNotPending = "approval_not_pending": "the approval was already decided, used, expired or cancelled (a replay is refused)",
+    ApprovalExpired = "approval_expired": "the approval expired before it was decided or used",
+    ApprovalHashMismatch = "approval_hash_mismatch": "the payload hash given is not the request's (it is not what was reviewed)",
+    SelfApproval = "self_approval": "the member who started the run cannot approve its requests unless the workspace allows self-approval",
+    RuleRefused = "rule_refused": "the standing rule is too broad (empty, an interpreter, a -c/-e form) or does not fit the request",
+    EmergencyStopped = "emergency_stopped": "the workspace is under an emergency stop; nothing starts or runs until it is resumed",
     // Secrets.
     SecretInvalid = "secret_invalid": "the secret's name or value breaks its rule",
     SecretForbidden = "secret_forbidden": "a platform secret name: it can never be stored, declared or delivered",

@@ -11,7 +11,10 @@
 //! Field names and shapes are the wire format: renaming one is a breaking
 //! change for clients.
 
+pub mod actions;
+pub mod approvals;
 pub mod audit;
+pub mod emergency;
 pub mod error;
 pub mod identity;
 pub mod runs;
@@ -43,6 +46,22 @@ pub mod whole {
     }
 }
 pub use runs::RunState;
+
+/// Bodies whose every field is optional: serde's derive would also take a
+/// JSON array (the fields in order), so `[]` would be a valid empty body.
+/// These take an object only.
+pub(crate) mod object_only {
+    use serde::de::{DeserializeOwned, Error};
+    use serde::{Deserialize, Deserializer};
+
+    /// `T` from a JSON object (and nothing else).
+    pub fn deserialize<'de, D: Deserializer<'de>, T: DeserializeOwned>(
+        d: D,
+    ) -> Result<T, D::Error> {
+        let map = serde_json::Map::deserialize(d)?;
+        serde_json::from_value(serde_json::Value::Object(map)).map_err(D::Error::custom)
+    }
+}
 
 /// Largest page of any list operation.
 pub const MAX_PAGE: i64 = 500;

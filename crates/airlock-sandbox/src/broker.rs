@@ -46,6 +46,9 @@ pub struct Hooks<'a> {
     /// Set to stop the workload (RUN-5): same kill sequence as a timeout,
     /// reported as `cancelled`.
     pub cancel: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
+    /// Set (with `cancel`) to kill without the grace period: the workload
+    /// gets no time to react (the emergency stop, AGT-6).
+    pub kill: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
     /// Live stdout/stderr chunks (bounded; see [`crate::output::LiveSink`]).
     pub live_output: Option<crate::output::LiveSink>,
 }
@@ -54,6 +57,7 @@ impl std::fmt::Debug for Hooks<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Hooks")
             .field("cancel", &self.cancel)
+            .field("kill", &self.kill)
             .finish_non_exhaustive()
     }
 }
@@ -82,6 +86,35 @@ fn wait_until(
                     return Err(false);
                 }
             }
+        }
+    }
+}
+
+/// Waits up to `grace` for the child after SIGTERM, in slices so that a
+/// kill flag ends the grace period at once. `Err` when the grace is over.
+fn wait_grace(
+    rx: &mpsc::Receiver<std::io::Result<std::process::ExitStatus>>,
+    grace: Duration,
+    kill: Option<&std::sync::atomic::AtomicBool>,
+) -> Result<std::io::Result<std::process::ExitStatus>, ()> {
+    let until = Instant::now() + grace;
+    loop {
+        if kill.is_some_and(|k| k.load(std::sync::atomic::Ordering::SeqCst)) {
+            return Err(());
+        }
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(());
+        }
+        let slice = if kill.is_some() {
+            left.min(Duration::from_millis(20))
+        } else {
+            left
+        };
+        match rx.recv_timeout(slice) {
+            Ok(r) => return Ok(r),
+            Err(mpsc::RecvTimeoutError::Disconnected) => return Err(()),
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
         }
     }
 }
@@ -579,7 +612,7 @@ impl Broker {
                 cancelled = by_cancel;
                 timed_out = !by_cancel;
                 signal(Signal::SIGTERM);
-                match wait_rx.recv_timeout(spec.grace) {
+                match wait_grace(&wait_rx, spec.grace, hooks.kill.as_deref()) {
                     Ok(r) => Some(r),
                     Err(_) => {
                         // Grace is over. The init kills its whole tree on
@@ -890,7 +923,7 @@ fn run_uncontained(
             cancelled = by_cancel;
             timed_out = !by_cancel;
             let _ = kill(pgid, Signal::SIGTERM);
-            match wait_rx.recv_timeout(spec.grace) {
+            match wait_grace(&wait_rx, spec.grace, hooks.kill.as_deref()) {
                 Ok(r) => r.ok(),
                 Err(_) => {
                     let _ = kill(pgid, Signal::SIGKILL);

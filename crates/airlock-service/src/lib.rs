@@ -7,20 +7,27 @@
 //!
 //! Below the door, the executor claims queued runs and drives each one
 //! through the sandbox; the scheduler fires cron triggers; the reaper
-//! settles runs whose executor disappeared.
+//! settles runs whose executor disappeared, turns actions dispatched by a
+//! dead executor into `outcome_unknown` and expires approval requests
+//! nobody decided. The action journal ([`journal`]) is the durable control
+//! plane of the agent harness; approvals and the emergency stop gate what
+//! it and the executor may start.
 //!
 //! Must not: contain SQL (the store does), know HTTP (no status codes,
 //! headers or cookies), print, or spawn processes other than through the
 //! broker.
 
+mod approvals;
 mod audit;
 mod auth;
 pub mod caller;
 mod config;
+mod emergency;
 mod error;
 mod events;
 mod executor;
 mod identity;
+pub mod journal;
 pub mod metrics;
 mod runs;
 pub mod schedule_eval;
@@ -36,6 +43,7 @@ mod workers;
 pub use airlock_protocol::{Error, ErrorCode};
 pub use airlock_store::DEFAULT_WORKSPACE;
 pub use airlock_store::RunErrorCode;
+pub use airlock_store::{ActionEnd, CANCEL_BY_EMERGENCY_STOP};
 pub use audit::{AuditLog, SYSTEM_AUDIT, verify_lines};
 pub use auth::Authenticated;
 pub use caller::{Actor, Caller, ClientInfo, Credential, OPERATOR, Principal, Via};
@@ -43,6 +51,7 @@ pub use config::{Config, IdentityConfig, Quotas};
 pub use error::Result;
 pub use events::{EventFollower, Followed, MAX_LOG_BYTES};
 pub use identity::*;
+pub use journal::{Decided, DispatchTicket, Verdict};
 pub use runs::{RunOptions, RunStarted};
 pub use scheduler::*;
 pub use secret_ops::Rewrapped;

@@ -121,16 +121,16 @@ impl Service {
     /// Creates a queued run with no quota: the scheduler's and the
     /// webhook endpoint's path (they take their own quotas).
     pub(crate) async fn start_run(&self, req: StartRun) -> Result<RunStarted> {
-        let (_, input) =
+        let (bundle, input) =
             self.checked_input(&req.workspace, &req.worker_id, &req.trigger, &req.input)?;
         let request_hash =
             airlock_store::sha256_hex(format!("{}\n{}", req.worker_id, input).as_bytes());
         if let Some(k) = &req.idempotency_key {
             check_idempotency_key(k)?;
         }
-        let created = self
-            .store
-            .create_run(NewRun {
+        self.insert_run(
+            &bundle,
+            NewRun {
                 workspace_id: req.workspace,
                 worker_id: req.worker_id,
                 input,
@@ -138,11 +138,48 @@ impl Service {
                 actor: req.actor,
                 plan_id: None,
                 idempotency: req.idempotency_key.map(|k| (k, request_hash)),
-            })
-            .await
-            .svc()?;
+            },
+        )
+        .await
+        .map(Into::into)
+    }
+
+    /// Inserts a run: queued, or — when its worker requires an approval
+    /// (AGT-5) — waiting in `awaiting_approval` with its request, which
+    /// binds the hash of exactly what would execute. Nothing is created in
+    /// a workspace under an emergency stop (AGT-6).
+    async fn insert_run(&self, bundle: &Bundle, new: NewRun) -> Result<Created> {
+        self.require_not_stopped(&new.workspace_id).await?;
+        let approvals = &bundle.manifest.approvals;
+        let created = if approvals.required {
+            let payload = Self::plan_body(bundle, &new.input);
+            airlock_store::canonical_payload(&payload).map_err(|e| {
+                Error::new(
+                    ErrorCode::InputInvalid,
+                    format!("the run's payload cannot be canonicalised for its approval: {e}"),
+                )
+            })?;
+            let now = self.now();
+            let ttl_ms = i64::try_from(approvals.ttl_s())
+                .unwrap_or(i64::MAX)
+                .saturating_mul(1000);
+            let req = airlock_store::NewApproval {
+                payload,
+                reason: approvals.reason.clone(),
+                requested_by: new.actor.clone(),
+                expires_at: now.saturating_add(ttl_ms),
+                now,
+            };
+            self.store
+                .create_run_awaiting_approval(new, req)
+                .await
+                .svc()?
+                .0
+        } else {
+            self.store.create_run(new).await.svc()?
+        };
         self.wake.notify_one();
-        Ok(created.into())
+        Ok(created)
     }
 
     /// The daily quotas a caller's run counts against (API-4): a user's
@@ -260,10 +297,17 @@ impl Service {
         })
     }
 
-    /// RUN-5: idempotent cancel; a running run on this node is killed now
-    /// (other nodes see the request on their next lease check).
+    /// RUN-5: idempotent cancel; a queued or waiting run ends at once, a
+    /// running run on this node is killed now (other nodes see the request
+    /// on their next lease check).
     pub async fn cancel_run(&self, c: &Caller, run_id: &str) -> Result<Cancelled> {
         c.require(Permission::RunsCancel)?;
+        // A run waiting for a person ends at once; its requests can no
+        // longer be decided.
+        self.store
+            .cancel_waiting_run(&c.workspace, run_id, c.actor_id(), self.now())
+            .await
+            .svc()?;
         let state = self
             .store
             .cancel_run(&c.workspace, run_id, c.actor_id())
@@ -313,9 +357,10 @@ impl Service {
         }
     }
 
-    /// What a plan pins (DUR-3): worker, executable identities, input hash,
-    /// limits and egress.
-    fn plan_body(bundle: &Bundle, input: &serde_json::Value) -> serde_json::Value {
+    /// What a plan pins (DUR-3) and what a run's approval binds (AGT-5):
+    /// worker, input and its hash, entry and runtime digests, limits and
+    /// egress.
+    pub(crate) fn plan_body(bundle: &Bundle, input: &serde_json::Value) -> serde_json::Value {
         let m = &bundle.manifest;
         let runtime = m
             .command(Path::new("/airlock/worker"))
@@ -372,6 +417,9 @@ impl Service {
     /// any run.
     pub async fn run_plan(&self, c: &Caller, token: &str) -> Result<Run> {
         c.require(Permission::RunsCreate)?;
+        // Checked before the token is spent: a stopped workspace keeps its
+        // plans usable for after the resume.
+        self.require_not_stopped(&c.workspace).await?;
         let taken = self.take_quotas(&self.run_quotas(c)).await?;
         let created = self.run_plan_inner(c, token).await;
         if created.is_err() {
@@ -400,19 +448,19 @@ impl Service {
             ));
         }
         let created = self
-            .store
-            .create_run(NewRun {
-                workspace_id: c.workspace.clone(),
-                worker_id: stored.worker_id.clone(),
-                input,
-                trigger: "plan".into(),
-                actor: c.actor_id().to_string(),
-                plan_id: Some(stored.id),
-                idempotency: None,
-            })
-            .await
-            .svc()?;
-        self.wake.notify_one();
+            .insert_run(
+                &bundle,
+                NewRun {
+                    workspace_id: c.workspace.clone(),
+                    worker_id: stored.worker_id.clone(),
+                    input,
+                    trigger: "plan".into(),
+                    actor: c.actor_id().to_string(),
+                    plan_id: Some(stored.id),
+                    idempotency: None,
+                },
+            )
+            .await?;
         Ok(created.run)
     }
 

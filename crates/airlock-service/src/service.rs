@@ -37,6 +37,12 @@ pub struct Service {
     pub(crate) wake: tokio::sync::Notify,
     pub(crate) owner: String,
     pub(crate) cancels: Mutex<HashMap<String, Arc<AtomicBool>>>,
+    /// Per running run on this node: set to kill its sandbox without a
+    /// grace period (the emergency stop).
+    pub(crate) kills: Mutex<HashMap<String, Arc<AtomicBool>>>,
+    /// Per workspace: its emergency stop as this node knows it, read by
+    /// the egress proxies of its sandboxes on every request.
+    pub(crate) stops: Mutex<HashMap<String, Arc<AtomicBool>>>,
     pub(crate) secrets: crate::secrets::Secrets,
     pub(crate) throttles: Throttles,
     /// The last prune of the webhook replay store by this process.
@@ -122,6 +128,8 @@ impl Service {
             wake: tokio::sync::Notify::new(),
             owner,
             cancels: Mutex::new(HashMap::new()),
+            kills: Mutex::new(HashMap::new()),
+            stops: Mutex::new(HashMap::new()),
             secrets,
             throttles,
             last_delivery_prune: AtomicI64::new(i64::MIN),

@@ -1,6 +1,8 @@
 //! The store (DUR-1, DUR-3, API-8, AUD-1 … AUD-3): runs and their events,
-//! artifacts, idempotency keys, plans, the audit chain, vault records and
-//! identity (users, memberships, sessions, API keys, MFA), behind one type
+//! artifacts, idempotency keys, plans, the audit chain, vault records,
+//! identity (users, memberships, sessions, API keys, MFA), approvals and
+//! their rules, the action journal of agent runs and the emergency stop
+//! (AGT-5, AGT-6, DUR-2), behind one type
 //! with two backends — embedded SQLite (WAL) and PostgreSQL — and one
 //! conformance suite (`tests/conformance/`) that runs against both.
 //!
@@ -14,7 +16,10 @@
 //! Where the backends differ (claiming with `FOR UPDATE SKIP LOCKED`,
 //! per-workspace audit serialisation, migrations) the code says so.
 
+mod actions;
+mod approvals;
 mod audit;
+mod emergency;
 mod execution;
 mod identity;
 mod ids;
@@ -29,6 +34,9 @@ mod store;
 mod uploads;
 mod webhooks;
 
+pub use actions::{ActionEnd, ActionRefusal, Proposed};
+pub use approvals::{ApprovalRefusal, Decision, MAX_PAYLOAD_BYTES, NewApproval, canonical_payload};
+pub use emergency::{CANCEL_BY_EMERGENCY_STOP, CANCEL_BY_REQUEST, StopOutcome};
 pub use execution::*;
 pub use identity::*;
 pub use ids::{hex, random_id, sha256_hex};

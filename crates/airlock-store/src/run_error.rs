@@ -80,6 +80,15 @@ run_error_codes! {
         "The vault could not open a secret (key directory, KEK or data key).";
     StoreError = "store_error", Blocked,
         "The database failed while secrets were read for the run.";
+    // --- approvals and the emergency stop: the run did not start.
+    ApprovalRejected = "approval_rejected", Blocked,
+        "A person rejected the run's approval request (`[approvals] required = true`); nothing executed.";
+    ApprovalExpired = "approval_expired", Blocked,
+        "Nobody approved the run before its request expired (`approvals.ttl_s`), or the approval expired before the run was claimed; nothing executed.";
+    ApprovalInvalid = "approval_invalid", Blocked,
+        "The approval could not be used: the payload about to execute is not the approved one (the worker changed), or the approver no longer holds `approvals.decide`; nothing executed.";
+    EmergencyStop = "emergency_stop", Cancelled,
+        "The workspace's emergency stop: a queued or waiting run ended before it started, or a running one was killed with every process.";
     // --- stage and launch.
     StagingFailed = "staging_failed", Failed,
         "The run's folder, input or output directory could not be prepared.";

@@ -65,6 +65,10 @@ pub struct AuditRecord {
     pub decision: Option<String>,
     pub result: Option<String>,
     pub metadata: serde_json::Value,
+    /// AUD-1: the agent action an event is about.
+    pub action_id: Option<String>,
+    /// AUD-1: the payload hash a decision or approval is bound to.
+    pub payload_hash: Option<String>,
 }
 
 impl AuditRecord {
@@ -77,6 +81,8 @@ impl AuditRecord {
             decision: None,
             result: None,
             metadata: serde_json::json!({}),
+            action_id: None,
+            payload_hash: None,
         }
     }
     pub fn with_result(mut self, result: &str) -> Self {
@@ -139,16 +145,18 @@ const SQLITE_MIGRATIONS: &[(i64, &str)] = &[
     (2, include_str!("../migrations/shared/0002_secrets.sql")),
     (3, include_str!("../migrations/shared/0003_identity.sql")),
     (4, include_str!("../migrations/shared/0004_api.sql")),
+    (5, include_str!("../migrations/shared/0005_approvals.sql")),
 ];
 const POSTGRES_MIGRATIONS: &[(i64, &str)] = &[
     (1, include_str!("../migrations/postgres/0001_init.sql")),
     (2, include_str!("../migrations/shared/0002_secrets.sql")),
     (3, include_str!("../migrations/shared/0003_identity.sql")),
     (4, include_str!("../migrations/shared/0004_api.sql")),
+    (5, include_str!("../migrations/shared/0005_approvals.sql")),
 ];
 
 /// The newest schema version this build knows.
-pub const SCHEMA_VERSION: i64 = 4;
+pub const SCHEMA_VERSION: i64 = 5;
 
 impl Store {
     /// Opens (creating when needed) and migrates. `sqlite://PATH` or
@@ -330,9 +338,9 @@ impl Store {
             target: rec.target,
             request_id: None,
             run_id: rec.run_id,
-            action_id: None,
+            action_id: rec.action_id,
             decision: rec.decision,
-            payload_hash: None,
+            payload_hash: rec.payload_hash,
             result: rec.result,
             metadata: rec.metadata,
         };

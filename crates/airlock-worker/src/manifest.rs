@@ -566,6 +566,24 @@ pub struct Approvals {
     /// Shown to the approver.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// Seconds a run's approval request stays decidable (and an approval
+    /// usable); then it expires and the run ends `blocked`
+    /// (`approval_expired`). `None`: [`APPROVAL_TTL_DEFAULT_S`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ttl_s: Option<u64>,
+}
+
+/// How long a run's approval request waits when `approvals.ttl_s` is not
+/// set: a day, so a request nobody answers ends instead of hanging.
+pub const APPROVAL_TTL_DEFAULT_S: u64 = 86_400;
+/// The longest `approvals.ttl_s`: a week.
+pub const APPROVAL_TTL_MAX_S: u64 = 7 * 86_400;
+
+impl Approvals {
+    /// The lifetime of this worker's run approvals, in seconds.
+    pub fn ttl_s(&self) -> u64 {
+        self.ttl_s.unwrap_or(APPROVAL_TTL_DEFAULT_S)
+    }
 }
 
 /// A field that parses but that nothing enforces yet.
@@ -584,15 +602,15 @@ pub struct Unenforced {
 /// the field were honoured. Security policy as data, mirrored in
 /// docs/workers.md. When the enforcement lands, its entry goes.
 ///
+/// Empty today: `approvals.required`, the last entry, is enforced by the
+/// run service (a run waits in `awaiting_approval` and executes only with
+/// a consumed approval for exactly its payload).
+///
 /// Why agent fields are not here: an agent worker loads (so bundles can be
 /// written and validated today) but none of its runs starts — each ends
 /// `blocked` with `agent_unavailable` — so nothing relies on its
 /// `[agent]` settings yet.
-pub const UNENFORCED: &[Unenforced] = &[Unenforced {
-    field: "approvals.required",
-    set: |m| m.approvals.required,
-    why: "run approvals are not available yet, so this worker would run without one; remove [approvals] until they are",
-}];
+pub const UNENFORCED: &[Unenforced] = &[];
 
 // ---------------------------------------------------------------------------
 // The raw file shape.
@@ -717,6 +735,7 @@ struct RawTrigger {
 struct RawApprovals {
     required: Option<bool>,
     reason: Option<String>,
+    ttl_s: Option<i64>,
 }
 
 // ---------------------------------------------------------------------------
@@ -1625,5 +1644,20 @@ fn parse_approvals(cx: &mut Cx, raw: RawApprovals) -> Option<Approvals> {
         }
         Some(r) => Some(cx.text("approvals.reason", r, MAX_FIELD_DESCRIPTION_CHARS, false)?),
     };
-    Some(Approvals { required, reason })
+    let ttl_s = match raw.ttl_s {
+        None => None,
+        Some(_) if !required => {
+            cx.bad(
+                "approvals.ttl_s",
+                "only allowed when approvals.required = true",
+            );
+            return None;
+        }
+        Some(v) => Some(cx.positive("approvals.ttl_s", v, APPROVAL_TTL_MAX_S)?),
+    };
+    Some(Approvals {
+        required,
+        reason,
+        ttl_s,
+    })
 }

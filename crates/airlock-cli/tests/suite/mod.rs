@@ -1,3 +1,4 @@
+mod approvals;
 mod docs;
 mod egress;
 mod iam;

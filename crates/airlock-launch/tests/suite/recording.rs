@@ -39,6 +39,7 @@ fn egress(policy: Policy, channels: &[&str]) -> Option<EgressPlan> {
         channels: channels.iter().map(|s| s.to_string()).collect(),
         log: Arc::new(NullLog),
         resolver: None,
+        halt: None,
     })
 }
 
@@ -113,6 +114,7 @@ fn seam_an_invalid_policy_is_deny_everything_not_a_refusal() {
             channels: vec!["model".into()],
             log: Arc::new(NullLog),
             resolver: None,
+            halt: None,
         }),
         ..Launch::offline(request(&["true"]))
     };
@@ -162,6 +164,7 @@ fn seam_the_answer_acts_as_the_workload_would() {
     let cancel = Arc::new(AtomicBool::new(true));
     let controls = Controls {
         cancel: Some(cancel),
+        kill: None,
         live_output: None,
     };
     let done = fake.launch(launch(), controls).unwrap();

@@ -2,11 +2,16 @@
 //!
 //! In order: the run's creator may still create runs (IAM-6), its worker is
 //! loaded in its workspace, the run came from a trigger the worker declares
-//! (RUN-6), the worker kind executes, and — when the run uses egress or
-//! declares secrets — the operator's egress policy can be read and none of
-//! the declared secrets is a channel credential (KEY-5).
+//! (RUN-6), the worker kind executes, the workspace is not under an
+//! emergency stop (AGT-6), and — when the run uses egress or declares
+//! secrets — the operator's egress policy can be read and none of the
+//! declared secrets is a channel credential (KEY-5). Last, a run that
+//! needs an approval (`[approvals] required`, or one was asked for it)
+//! consumes it, once, for exactly the payload about to execute (AGT-5).
 //!
-//! Must not: read a secret value or touch the run's folder.
+//! Must not: read a secret value or touch the run's folder. The approval
+//! is the one write, and it comes last, so nothing else can refuse the
+//! run after its approval is spent here.
 
 use std::path::Path;
 
@@ -82,6 +87,17 @@ impl Service {
             // resolves and hashes it (it is bound there read-only).
             argv[0] = bundle.entry.display().to_string();
         }
+        // AGT-6: nothing of a stopped workspace starts.
+        match self.stopped(&run.workspace_id).await {
+            Ok(false) => {}
+            Ok(true) => {
+                return Err(Outcome::fail(
+                    RunErrorCode::EmergencyStop,
+                    "the workspace's emergency stop; the run did not start",
+                ));
+            }
+            Err(e) => return Err(Outcome::fail(RunErrorCode::Internal, e.to_string())),
+        }
 
         let wants_egress = !m.egress.allow.is_empty() || !m.egress.channels.is_empty();
         let policy_text = match &self.cfg.egress_policy {
@@ -116,11 +132,80 @@ impl Service {
                 ));
             }
         }
+        self.use_run_approval(run, &bundle).await?;
         Ok(Authorised {
             bundle,
             argv,
             policy_text,
         })
+    }
+
+    /// AGT-5 for script runs: a run that needs an approval (its worker
+    /// says so, or one was asked for it when it was created) uses it now,
+    /// once — refused unless it is approved, unexpired, bound to the hash
+    /// of the payload about to execute (worker, input, entry and runtime
+    /// digests, limits, egress), its approver still holds
+    /// `approvals.decide` and the workspace is not stopped.
+    async fn use_run_approval(&self, run: &RunRecord, bundle: &Bundle) -> Result<(), Outcome> {
+        let internal = |e: String| Outcome::fail(RunErrorCode::Internal, e);
+        let approval = self
+            .store
+            .run_approval(&run.workspace_id, &run.id)
+            .await
+            .map_err(|e| internal(e.to_string()))?;
+        let Some(a) = approval else {
+            if bundle.manifest.approvals.required {
+                return Err(Outcome::fail(
+                    RunErrorCode::ApprovalInvalid,
+                    "the worker requires an approval and this run has none (it was created before the requirement); it did not start",
+                ));
+            }
+            return Ok(());
+        };
+        let payload = Self::plan_body(bundle, &run.input);
+        let (_, hash) = airlock_store::canonical_payload(&payload).map_err(internal)?;
+        let used = self
+            .store
+            .consume_approval(
+                &run.workspace_id,
+                &a.id,
+                &hash,
+                self.now(),
+                &crate::approvals::decider_roles(),
+                crate::caller::OPERATOR,
+            )
+            .await
+            .map_err(|e| internal(e.to_string()))?;
+        let why = match used {
+            Ok(_) => return Ok(()),
+            Err(why) => why,
+        };
+        // Best effort: the refusal is also in the run's terminal record.
+        let _ = self.store.audit_approval_refused(&a, why, self.now()).await;
+        use airlock_store::ApprovalRefusal as R;
+        let (code, msg) = match why {
+            R::Expired => (
+                RunErrorCode::ApprovalExpired,
+                "the approval expired before the run was claimed".to_string(),
+            ),
+            R::Stopped => (
+                RunErrorCode::EmergencyStop,
+                "the workspace's emergency stop; the run did not start".to_string(),
+            ),
+            R::HashMismatch => (
+                RunErrorCode::ApprovalInvalid,
+                "the worker changed since the approval: the payload about to execute is not the approved one".to_string(),
+            ),
+            R::ApproverLost => (
+                RunErrorCode::ApprovalInvalid,
+                "the approver no longer holds approvals.decide".to_string(),
+            ),
+            R::NotOpen(s) => (
+                RunErrorCode::ApprovalInvalid,
+                format!("the run's approval is {s}, not approved and unused"),
+            ),
+        };
+        Err(Outcome::fail(code, format!("{msg}; it did not start")))
     }
 
     /// A run created by a user (`usr_…`) starts only if that user is still

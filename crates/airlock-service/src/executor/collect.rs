@@ -61,11 +61,27 @@ impl Service {
             ..Finish::default()
         };
         if r.cancelled {
-            return Outcome::fail_with(
-                finish,
-                RunErrorCode::Cancelled,
-                "cancelled while running; every process of the sandbox was killed",
-            );
+            // Which cancel it was is in the database (a stop on another
+            // node reaches this run only there); unreadable reads as a
+            // plain cancel, which the run was in any case.
+            let stopped = cx.kill.load(std::sync::atomic::Ordering::SeqCst)
+                || matches!(
+                    self.store.cancel_kind(&run.id).await,
+                    Ok(Some(airlock_store::CANCEL_BY_EMERGENCY_STOP))
+                );
+            return if stopped {
+                Outcome::fail_with(
+                    finish,
+                    RunErrorCode::EmergencyStop,
+                    "killed by the workspace's emergency stop, with every process of the sandbox",
+                )
+            } else {
+                Outcome::fail_with(
+                    finish,
+                    RunErrorCode::Cancelled,
+                    "cancelled while running; every process of the sandbox was killed",
+                )
+            };
         }
         if r.timed_out {
             return Outcome::fail_with(

@@ -157,11 +157,16 @@ impl Service {
             })
         };
 
-        // Cancel and lease renewal while the workload runs.
+        // Cancel, the emergency stop and lease renewal while the workload
+        // runs. A stop made on another node arrives here as the run's
+        // cancel kind: the workload is killed without grace and this
+        // node's proxies of the workspace close too.
         let watcher = {
             let svc = self.clone();
             let cancel = cx.cancel.clone();
+            let kill = cx.kill.clone();
             let run_id = run.id.clone();
+            let workspace = run.workspace_id.clone();
             tokio::spawn(async move {
                 let mut tick = 0u32;
                 loop {
@@ -169,8 +174,14 @@ impl Service {
                     tick += 1;
                     // A failed read is "not yet"; the next tick asks again,
                     // and a lease that cannot be renewed stops the workload.
-                    if svc.store.cancel_requested(&run_id).await.unwrap_or(false) {
-                        cancel.store(true, Ordering::SeqCst);
+                    match svc.store.cancel_kind(&run_id).await {
+                        Ok(Some(airlock_store::CANCEL_BY_EMERGENCY_STOP)) => {
+                            svc.stop_flag(&workspace).store(true, Ordering::SeqCst);
+                            kill.store(true, Ordering::SeqCst);
+                            cancel.store(true, Ordering::SeqCst);
+                        }
+                        Ok(Some(k)) if k != 0 => cancel.store(true, Ordering::SeqCst),
+                        _ => {}
                     }
                     if tick.is_multiple_of(8)
                         && svc
@@ -192,6 +203,7 @@ impl Service {
         let launcher = self.launcher.clone();
         let controls = Controls {
             cancel: Some(cx.cancel.clone()),
+            kill: Some(cx.kill.clone()),
             live_output: Some(tx),
         };
         let launch = staged.launch;

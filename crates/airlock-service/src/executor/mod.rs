@@ -92,6 +92,8 @@ pub(crate) struct RunCx {
     pub(crate) claim: Claim,
     /// Set by a cancel request, the lease watcher or a stale lease.
     pub(crate) cancel: Arc<AtomicBool>,
+    /// Set (with `cancel`) by the emergency stop: kill without grace.
+    pub(crate) kill: Arc<AtomicBool>,
     /// Set as soon as secrets are read, so that whatever ends the run
     /// afterwards is redacted (KEY-6).
     pub(crate) redactor: Option<Arc<airlock_vault::Redactor>>,
@@ -171,7 +173,10 @@ impl Service {
         drop(slots.acquire_many(all).await);
     }
 
-    /// DUR-2 reaper: requeues or marks `unknown` runs whose lease expired.
+    /// DUR-2 reaper: requeues or marks `unknown` runs whose lease expired;
+    /// parks the runs of a dead executor that had an action dispatched
+    /// (`outcome_unknown`, for a person); expires approval requests nobody
+    /// decided in time.
     pub async fn run_reaper(self: Arc<Self>, mut stop: tokio::sync::watch::Receiver<bool>) {
         loop {
             // A failed pass changes nothing (each run is settled in its own
@@ -185,12 +190,28 @@ impl Service {
     }
 
     pub async fn reap_once(&self) -> Result<Vec<(String, RunState)>, StoreError> {
+        // First the agent runs with an action in flight: they wait for a
+        // person and are never requeued by the pass below.
+        let mut out: Vec<(String, RunState)> = self
+            .store
+            .recover_dispatched(airlock_store::now_ms())
+            .await?
+            .into_iter()
+            .map(|(run, _)| (run, RunState::AwaitingApproval))
+            .collect();
+        for a in self.store.expire_approvals(self.now()).await? {
+            let state = match a.kind {
+                airlock_protocol::approvals::ApprovalKind::Run => RunState::Blocked,
+                airlock_protocol::approvals::ApprovalKind::Action => RunState::Queued,
+            };
+            out.push((a.run_id, state));
+        }
         let idempotent = |worker: &str| self.worker(worker).is_some_and(|b| b.manifest.idempotent);
-        let reaped = self.store.reap_expired(&idempotent).await?;
-        if reaped.iter().any(|(_, s)| *s == RunState::Queued) {
+        out.extend(self.store.reap_expired(&idempotent).await?);
+        if out.iter().any(|(_, s)| *s == RunState::Queued) {
             self.wake.notify_one();
         }
-        Ok(reaped)
+        Ok(out)
     }
 
     /// Startup recovery: runs leased by a previous incarnation of this node
@@ -219,14 +240,19 @@ impl Service {
     pub async fn execute(self: &Arc<Self>, claim: Claim) {
         let run_id = claim.run.id.clone();
         let cancel = Arc::new(AtomicBool::new(false));
+        let kill = Arc::new(AtomicBool::new(false));
         if let Ok(mut c) = self.cancels.lock() {
             c.insert(run_id.clone(), cancel.clone());
+        }
+        if let Ok(mut k) = self.kills.lock() {
+            k.insert(run_id.clone(), kill.clone());
         }
         let started = std::time::Instant::now();
         let mut cx = RunCx {
             dir: self.run_dir(&run_id),
             claim,
             cancel,
+            kill,
             redactor: None,
         };
         let outcome = match self.stages(&mut cx).await {
@@ -238,6 +264,9 @@ impl Service {
         );
         if let Ok(mut c) = self.cancels.lock() {
             c.remove(&run_id);
+        }
+        if let Ok(mut k) = self.kills.lock() {
+            k.remove(&run_id);
         }
         self.finish(&cx, outcome).await;
     }

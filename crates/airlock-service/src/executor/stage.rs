@@ -220,11 +220,27 @@ impl Service {
                 "channel {missing:?} is not configured by the operator"
             )));
         }
+        // AGT-6: the proxy refuses new requests while the workspace is
+        // stopped. The flag is this node's view, refreshed here from the
+        // database (a stop elsewhere sets it through the run watcher).
+        let halt = self.stop_flag(&run.workspace_id);
+        match self.stopped(&run.workspace_id).await {
+            Ok(false) => halt.store(false, std::sync::atomic::Ordering::SeqCst),
+            Ok(true) => {
+                halt.store(true, std::sync::atomic::Ordering::SeqCst);
+                return Err(Outcome::fail(
+                    RunErrorCode::EmergencyStop,
+                    "the workspace's emergency stop; the run did not start",
+                ));
+            }
+            Err(e) => return Err(Outcome::fail(RunErrorCode::Internal, e.to_string())),
+        }
         Ok(Some(EgressPlan {
             policy: Ok(policy),
             channels,
             log: Arc::new(airlock_egress::proxy::NullLog),
             resolver: None,
+            halt: Some(halt),
         }))
     }
 }

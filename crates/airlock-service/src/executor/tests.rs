@@ -759,3 +759,631 @@ fn run_4_mapped_codes_keep_the_lower_layers_strings() {
         assert_eq!(super::stage::secret_code(e).as_str(), e.code());
     }
 }
+
+fn gated() -> String {
+    script(
+        "gated",
+        "[approvals]\nrequired = true\nreason = \"sends mail\"\nttl_s = 60\n",
+    )
+}
+
+impl Harness {
+    /// Creates a run of `worker` as `actor` (not executed).
+    async fn create(&self, worker: &str, actor: &str) -> RunRecord {
+        self.svc
+            .start_run(StartRun {
+                workspace: WS.into(),
+                worker_id: worker.into(),
+                input: serde_json::json!({}),
+                trigger: "api".into(),
+                actor: actor.into(),
+                idempotency_key: None,
+            })
+            .await
+            .unwrap()
+            .run
+    }
+
+    async fn approve_as_operator(&self, run: &RunRecord) -> airlock_protocol::approvals::Approval {
+        let a = self
+            .svc
+            .store
+            .run_approval(WS, &run.id)
+            .await
+            .unwrap()
+            .unwrap();
+        let op = crate::Caller::operator(WS);
+        self.svc
+            .approve(&op, &a.id, &airlock_protocol::approvals::Approve::default())
+            .await
+            .unwrap()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agt_5_a_gated_run_executes_only_with_its_approval_for_exactly_its_payload() {
+    let h = Harness::new(
+        &[("gated", gated()), ("plain", script("plain", ""))],
+        None,
+        RecordingLauncher::succeeding(),
+    )
+    .await;
+    // The run waits, with a request binding the hash of its payload.
+    let run = h.create("gated", "local").await;
+    assert_eq!(run.state, RunState::AwaitingApproval);
+    let req = h
+        .svc
+        .store
+        .run_approval(WS, &run.id)
+        .await
+        .unwrap()
+        .unwrap();
+    let payload = Service::plan_body(&h.svc.worker("gated").unwrap(), &serde_json::json!({}));
+    // Stored as its canonical form (`1.0` is `1` there).
+    assert_eq!(
+        airlock_audit::canonicalize(&req.payload).unwrap(),
+        airlock_audit::canonicalize(&payload).unwrap()
+    );
+    assert_eq!(
+        req.payload_hash,
+        airlock_store::sha256_hex(&airlock_audit::canonicalize(&payload).unwrap())
+    );
+    for key in [
+        "worker",
+        "input_hash",
+        "entry_sha256",
+        "runtime",
+        "limits",
+        "egress",
+    ] {
+        assert!(payload.get(key).is_some(), "{key} is bound");
+    }
+    assert_eq!(req.reason.as_deref(), Some("sends mail"));
+    assert_eq!(req.expires_at - req.created_at, 60_000);
+    // Nothing claims it; approved, it runs once and uses the approval.
+    assert!(
+        h.svc
+            .store
+            .claim_next("n", h.svc.cfg.lease, &[])
+            .await
+            .unwrap()
+            .is_none()
+    );
+    h.approve_as_operator(&run).await;
+    h.execute_next().await;
+    let r = h.svc.run_in(WS, &run.id).await.unwrap();
+    assert_eq!(r.state, RunState::Succeeded, "{r:?}");
+    assert_eq!(h.fake.count(), 1);
+    let used = h
+        .svc
+        .store
+        .get_approval(WS, &req.id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        used.state,
+        airlock_protocol::approvals::ApprovalState::Consumed
+    );
+
+    // One field changed between the approval and the claim (the entry was
+    // edited): refused, nothing launched.
+    let run = h.create("gated", "local").await;
+    h.approve_as_operator(&run).await;
+    std::fs::write(h.dir.path().join("workers/gated/run.sh"), "echo changed\n").unwrap();
+    h.svc.load_workers();
+    h.execute_next().await;
+    let r = h.svc.run_in(WS, &run.id).await.unwrap();
+    assert_eq!(ended(&r), blocked(RunErrorCode::ApprovalInvalid));
+    assert!(
+        r.error_message.as_deref().unwrap_or("").contains("changed"),
+        "{r:?}"
+    );
+    assert_eq!(h.fake.count(), 1, "nothing more was launched");
+
+    // A worker that starts requiring approvals refuses its queued runs
+    // that have none.
+    let queued = h.create("plain", "local").await;
+    write_worker(
+        &h.dir.path().join("workers"),
+        "plain",
+        &script("plain", "[approvals]\nrequired = true\n"),
+    );
+    h.svc.load_workers();
+    h.execute_next().await;
+    let r = h.svc.run_in(WS, &queued.id).await.unwrap();
+    assert_eq!(ended(&r), blocked(RunErrorCode::ApprovalInvalid));
+    assert_eq!(h.fake.count(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agt_5_rejected_and_expired_requests_end_the_run_without_a_launch() {
+    let h = Harness::new(&[("gated", gated())], None, RecordingLauncher::succeeding()).await;
+    let op = crate::Caller::operator(WS);
+    let run = h.create("gated", "local").await;
+    let req = h
+        .svc
+        .store
+        .run_approval(WS, &run.id)
+        .await
+        .unwrap()
+        .unwrap();
+    h.svc
+        .reject(
+            &op,
+            &req.id,
+            &airlock_protocol::approvals::Reject {
+                note: Some("no".into()),
+            },
+        )
+        .await
+        .unwrap();
+    let r = h.svc.run_in(WS, &run.id).await.unwrap();
+    assert_eq!(ended(&r), blocked(RunErrorCode::ApprovalRejected));
+    // Replay of a decided request: refused (409 over HTTP).
+    let again = h
+        .svc
+        .approve(
+            &op,
+            &req.id,
+            &airlock_protocol::approvals::Approve::default(),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(again.code, airlock_protocol::ErrorCode::ApprovalNotPending);
+    // Nobody decides: the reaper's pass ends it once its time is up (the
+    // harness clock is the system clock here; the boundary itself is in
+    // the store's conformance cases).
+    let run = h.create("gated", "local").await;
+    let req = h
+        .svc
+        .store
+        .run_approval(WS, &run.id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        h.svc
+            .store
+            .expire_approvals(req.expires_at - 1)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(
+        h.svc
+            .store
+            .expire_approvals(req.expires_at)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    let r = h.svc.run_in(WS, &run.id).await.unwrap();
+    assert_eq!(ended(&r), blocked(RunErrorCode::ApprovalExpired));
+    assert_eq!(h.fake.count(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agt_6_a_stopped_workspace_starts_nothing_and_resuming_restarts_nothing() {
+    let h = Harness::new(
+        &[("plain", script("plain", "")), ("gated", gated())],
+        None,
+        RecordingLauncher::succeeding(),
+    )
+    .await;
+    let op = crate::Caller::operator(WS);
+    let queued = h.create("plain", "local").await;
+    let waiting = h.create("gated", "local").await;
+    let out = h
+        .svc
+        .emergency_stop(
+            &op,
+            &airlock_protocol::emergency::StopRequest {
+                reason: Some("drill".into()),
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(out.runs_cancelled, 2);
+    for id in [&queued.id, &waiting.id] {
+        let r = h.svc.run_in(WS, id).await.unwrap();
+        assert_eq!(ended(&r), failed(RunErrorCode::EmergencyStop));
+        assert_eq!(r.state, RunState::Cancelled);
+    }
+    // New runs are refused while stopped.
+    let refused = h
+        .svc
+        .start_run(StartRun {
+            workspace: WS.into(),
+            worker_id: "plain".into(),
+            input: serde_json::json!({}),
+            trigger: "api".into(),
+            actor: "local".into(),
+            idempotency_key: None,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code, airlock_protocol::ErrorCode::EmergencyStopped);
+    // A run that slipped in (created as the stop landed) is refused when
+    // it would start.
+    let slipped = h
+        .svc
+        .store
+        .create_run(airlock_store::NewRun {
+            workspace_id: WS.into(),
+            worker_id: "plain".into(),
+            input: serde_json::json!({}),
+            trigger: "api".into(),
+            actor: "local".into(),
+            plan_id: None,
+            idempotency: None,
+        })
+        .await
+        .unwrap()
+        .run;
+    h.execute_next().await;
+    let r = h.svc.run_in(WS, &slipped.id).await.unwrap();
+    assert_eq!(
+        (r.state, r.error_code.as_deref()),
+        (RunState::Cancelled, Some("emergency_stop"))
+    );
+    assert_eq!(h.fake.count(), 0, "nothing was launched");
+    // Resume: nothing restarts; new runs run.
+    let st = h.svc.emergency_resume(&op).await.unwrap();
+    assert!(!st.stopped);
+    for id in [&queued.id, &waiting.id, &slipped.id] {
+        assert_eq!(
+            h.svc.run_in(WS, id).await.unwrap().state,
+            RunState::Cancelled
+        );
+    }
+    assert!(
+        h.svc
+            .store
+            .claim_next("n", h.svc.cfg.lease, &[])
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let r = h.run_as("plain", "api", "local").await;
+    assert_eq!(r.state, RunState::Succeeded);
+    assert_eq!(h.fake.count(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agt_4_the_journal_hands_out_dispatch_tickets_and_rules_only_skip_the_person() {
+    use crate::journal::{Decided, Verdict};
+    use airlock_protocol::approvals::{Approve, Grant};
+    use std::time::Duration;
+    let h = Harness::new(
+        &[("plain", script("plain", ""))],
+        None,
+        RecordingLauncher::succeeding(),
+    )
+    .await;
+    let op = crate::Caller::operator(WS);
+    let run = h.create("plain", "local").await;
+    let claim = |lease| {
+        let store = h.svc.store.clone();
+        let id = run.id.clone();
+        async move {
+            store
+                .claim_run("n", lease, &id)
+                .await
+                .unwrap()
+                .expect("claimable")
+        }
+    };
+    let c = claim(Duration::from_secs(60)).await;
+    let ask = || Verdict::RequireApproval {
+        detail: serde_json::json!({"risk": "write"}),
+        reason: "the agent wants to look at the repository".into(),
+        ttl: Duration::from_secs(60),
+    };
+    let git = serde_json::json!({"tool": "run_command", "argv": ["git", "status"]});
+    let (a, created) = h
+        .svc
+        .propose_action(&c.run, c.token, "call-1", "run_command", &git)
+        .await
+        .unwrap();
+    assert!(created);
+    let Decided::AwaitingApproval(a, req) = h
+        .svc
+        .decide_action(&c.run, c.token, &a.id, ask())
+        .await
+        .unwrap()
+    else {
+        panic!("no rule yet: a person decides");
+    };
+    assert_eq!(req.requested_by, format!("agent:{}", run.id));
+    // Dispatch is refused until approved.
+    let refused = h
+        .svc
+        .dispatch_action(&c.run, c.token, &a.id, &git)
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code, airlock_protocol::ErrorCode::Conflict);
+    assert!(h.svc.park_for_approval(&c.run, c.token).await.unwrap());
+    // A rule for an interpreter is refused; a narrow one that covers the
+    // request is taken (the operator holds policy.manage).
+    let bad = Approve {
+        grant: Some(Grant::ArgvPrefix),
+        argv_prefix: Some(vec!["sh".into()]),
+        ..Approve::default()
+    };
+    assert_eq!(
+        h.svc.approve(&op, &req.id, &bad).await.unwrap_err().code,
+        airlock_protocol::ErrorCode::RuleRefused
+    );
+    let other = Approve {
+        grant: Some(Grant::ArgvPrefix),
+        argv_prefix: Some(vec!["ls".into()]),
+        ..Approve::default()
+    };
+    assert_eq!(
+        h.svc.approve(&op, &req.id, &other).await.unwrap_err().code,
+        airlock_protocol::ErrorCode::RuleRefused,
+        "a rule must cover its request"
+    );
+    let good = Approve {
+        grant: Some(Grant::ArgvPrefix),
+        argv_prefix: Some(vec!["git".into(), "status".into()]),
+        payload_hash: Some(req.payload_hash.clone()),
+        ..Approve::default()
+    };
+    let decided = h.svc.approve(&op, &req.id, &good).await.unwrap();
+    let rule = decided.grant_id.clone().unwrap();
+    // The run was requeued; its new holder dispatches, consuming the approval.
+    let c = claim(Duration::from_secs(60)).await;
+    let changed = serde_json::json!({"tool": "run_command", "argv": ["git", "push"]});
+    assert_eq!(
+        h.svc
+            .dispatch_action(&c.run, c.token, &a.id, &changed)
+            .await
+            .unwrap_err()
+            .code,
+        airlock_protocol::ErrorCode::ApprovalHashMismatch,
+        "one field changed"
+    );
+    let reordered: serde_json::Value =
+        serde_json::from_str(r#"{"argv": ["git", "status"], "tool": "run_command"}"#).unwrap();
+    let ticket = h
+        .svc
+        .dispatch_action(&c.run, c.token, &a.id, &reordered)
+        .await
+        .unwrap();
+    assert_eq!(ticket.action().attempt, 1);
+    assert_eq!(ticket.idempotency_key(), "call-1");
+    let done = h
+        .svc
+        .complete_action(
+            ticket,
+            crate::ActionEnd::Completed,
+            Some(&serde_json::json!({"exit": 0})),
+            None,
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        done.state,
+        airlock_protocol::actions::ActionState::Completed
+    );
+    // The rule now covers `git status --short`, alone or in a compound
+    // command whose every segment it covers, but not `git push` after it.
+    let covered = serde_json::json!({"tool": "run_command", "argv": ["git", "status", "--short"]});
+    let (b, _) = h
+        .svc
+        .propose_action(&c.run, c.token, "call-2", "run_command", &covered)
+        .await
+        .unwrap();
+    let Decided::Ready(b) = h
+        .svc
+        .decide_action(&c.run, c.token, &b.id, ask())
+        .await
+        .unwrap()
+    else {
+        panic!("the rule covers it");
+    };
+    assert_eq!(b.grant_id.as_deref(), Some(rule.as_str()));
+    let sneaky =
+        serde_json::json!({"tool": "run_command", "argv": ["sh", "-c", "git status && git push"]});
+    let (s, _) = h
+        .svc
+        .propose_action(&c.run, c.token, "call-3", "run_command", &sneaky)
+        .await
+        .unwrap();
+    assert!(matches!(
+        h.svc
+            .decide_action(&c.run, c.token, &s.id, ask())
+            .await
+            .unwrap(),
+        Decided::AwaitingApproval(..)
+    ));
+    // Revoked, it covers nothing.
+    h.svc.revoke_approval_rule(&op, &rule).await.unwrap();
+    let (d, _) = h
+        .svc
+        .propose_action(&c.run, c.token, "call-4", "run_command", &covered)
+        .await
+        .unwrap();
+    assert!(matches!(
+        h.svc
+            .decide_action(&c.run, c.token, &d.id, ask())
+            .await
+            .unwrap(),
+        Decided::AwaitingApproval(..)
+    ));
+    // A denial is a value: the action is aborted, never dispatchable.
+    let (e, _) = h
+        .svc
+        .propose_action(
+            &c.run,
+            c.token,
+            "call-5",
+            "http_request",
+            &serde_json::json!({"url": "https://x"}),
+        )
+        .await
+        .unwrap();
+    let Decided::Denied(e) = h
+        .svc
+        .decide_action(
+            &c.run,
+            c.token,
+            &e.id,
+            Verdict::Deny {
+                detail: serde_json::json!({}),
+            },
+        )
+        .await
+        .unwrap()
+    else {
+        panic!()
+    };
+    assert_eq!(e.state, airlock_protocol::actions::ActionState::Aborted);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agt_5_a_person_never_approves_their_own_run_unless_the_workspace_allows_it() {
+    let h = Harness::new(&[("gated", gated())], None, RecordingLauncher::succeeding()).await;
+    let op = crate::Caller::operator(WS);
+    // Started by the operator (`cli`): the operator may not approve it …
+    let run = h.create("gated", crate::OPERATOR).await;
+    let req = h
+        .svc
+        .store
+        .run_approval(WS, &run.id)
+        .await
+        .unwrap()
+        .unwrap();
+    let err = h
+        .svc
+        .approve(
+            &op,
+            &req.id,
+            &airlock_protocol::approvals::Approve::default(),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.code, airlock_protocol::ErrorCode::SelfApproval);
+    // … nor grant a rule on a run's approval …
+    // … unless the workspace allows self-approval (policy.manage).
+    h.svc
+        .put_approval_settings(
+            &op,
+            &airlock_protocol::approvals::PutApprovalSettings {
+                allow_self_approval: true,
+            },
+        )
+        .await
+        .unwrap();
+    let ok = h
+        .svc
+        .approve(
+            &op,
+            &req.id,
+            &airlock_protocol::approvals::Approve::default(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(ok.decided_by.as_deref(), Some(crate::OPERATOR));
+    // A run's approval takes no standing grant.
+    let run = h.create("gated", "usr_someone").await;
+    let req = h
+        .svc
+        .store
+        .run_approval(WS, &run.id)
+        .await
+        .unwrap()
+        .unwrap();
+    let grant = airlock_protocol::approvals::Approve {
+        grant: Some(airlock_protocol::approvals::Grant::Payload),
+        ..Default::default()
+    };
+    assert_eq!(
+        h.svc.approve(&op, &req.id, &grant).await.unwrap_err().code,
+        airlock_protocol::ErrorCode::RuleRefused
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dur_2_the_reaper_parks_an_unfinished_dispatch_for_a_person_to_settle() {
+    use crate::journal::Verdict;
+    use airlock_protocol::actions::{ActionState, SettleAction, Settlement};
+    use std::time::Duration;
+    let h = Harness::new(
+        &[("plain", script("plain", ""))],
+        None,
+        RecordingLauncher::succeeding(),
+    )
+    .await;
+    let run = h.create("plain", "local").await;
+    let c = h
+        .svc
+        .store
+        .claim_run("n", Duration::from_millis(0), &run.id)
+        .await
+        .unwrap()
+        .unwrap();
+    let p = serde_json::json!({"argv": ["deploy"]});
+    let (a, _) = h
+        .svc
+        .propose_action(&c.run, c.token, "k", "run_command", &p)
+        .await
+        .unwrap();
+    h.svc
+        .decide_action(
+            &c.run,
+            c.token,
+            &a.id,
+            Verdict::Allow {
+                detail: serde_json::json!({}),
+            },
+        )
+        .await
+        .unwrap();
+    let ticket = h
+        .svc
+        .dispatch_action(&c.run, c.token, &a.id, &p)
+        .await
+        .unwrap();
+    drop(ticket); // the executor dies before it records anything
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    let reaped = h.svc.reap_once().await.unwrap();
+    assert!(
+        reaped.contains(&(run.id.clone(), RunState::AwaitingApproval)),
+        "{reaped:?}"
+    );
+    let op = crate::Caller::operator(WS);
+    let list = h.svc.list_actions(&op, &run.id).await.unwrap();
+    assert_eq!(list.actions[0].state, ActionState::OutcomeUnknown);
+    // Nothing runs it again on its own.
+    assert!(
+        h.svc
+            .store
+            .claim_next("n", h.svc.cfg.lease, &[])
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let settled = h
+        .svc
+        .settle_action(
+            &op,
+            &run.id,
+            &a.id,
+            &SettleAction {
+                outcome: Settlement::Failed,
+                note: Some("checked by hand".into()),
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(settled.state, ActionState::Failed);
+    assert_eq!(
+        h.svc.run_in(WS, &run.id).await.unwrap().state,
+        RunState::Queued,
+        "resumes"
+    );
+}

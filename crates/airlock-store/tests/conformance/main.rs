@@ -111,6 +111,7 @@ fn rec(kind: &str) -> AuditRecord {
     AuditRecord::system(kind, None)
 }
 
+mod approvals;
 mod audit;
 mod execution;
 mod identity;

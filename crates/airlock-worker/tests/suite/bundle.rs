@@ -396,12 +396,12 @@ fn run_2_missing_workers_dir_is_one_error() {
 }
 
 #[test]
-fn run_2_a_bundle_that_asks_for_approvals_is_skipped_naming_the_field() {
-    // Fail closed: approvals are not enforced yet, so a worker that needs
-    // one must not load and run without it.
+fn agt_5_a_bundle_that_asks_for_approvals_loads_with_them() {
+    // `approvals.required` is enforced now (the run waits for a person), so
+    // a worker that asks for it loads with the request intact.
     let tmp = tempfile::tempdir().unwrap();
     let asks = format!(
-        "{}\n[approvals]\nrequired = true\nreason = \"sends mail\"\n",
+        "{}\n[approvals]\nrequired = true\nreason = \"sends mail\"\nttl_s = 120\n",
         script_manifest("asks", "main.py")
     );
     bundle(tmp.path(), "asks", &asks, Some(("main.py", "print(1)\n")));
@@ -410,22 +410,20 @@ fn run_2_a_bundle_that_asks_for_approvals_is_skipped_naming_the_field() {
         script_manifest("plain", "main.py")
     );
     bundle(tmp.path(), "plain", &plain, Some(("main.py", "print(1)\n")));
-    assert_problem(
-        &refused(&tmp.path().join("asks")),
-        "approvals.required",
-        "run approvals are not available yet",
-        "bundle",
-    );
     let (bundles, errors) = load_workers_dir(tmp.path());
-    // Positive control: the same bundle without the request loads.
+    assert!(errors.is_empty(), "{errors:?}");
+    let asks = bundles.iter().find(|b| b.id.as_str() == "asks").unwrap();
+    assert!(asks.manifest.approvals.required);
     assert_eq!(
-        bundles.iter().map(|b| b.id.as_str()).collect::<Vec<_>>(),
-        ["plain"]
+        asks.manifest.approvals.reason.as_deref(),
+        Some("sends mail")
     );
-    assert_eq!(errors.len(), 1);
-    assert!(
-        errors[0].1.to_string().contains("approvals.required"),
-        "{:?}",
-        errors[0]
+    assert_eq!(asks.manifest.approvals.ttl_s(), 120);
+    let plain = bundles.iter().find(|b| b.id.as_str() == "plain").unwrap();
+    assert!(!plain.manifest.approvals.required);
+    assert_eq!(
+        plain.manifest.approvals.ttl_s(),
+        airlock_worker::APPROVAL_TTL_DEFAULT_S
     );
+    assert!(airlock_worker::UNENFORCED.is_empty());
 }

@@ -171,9 +171,10 @@ fn refusal_table() -> Vec<(&'static str, String, &'static str, &'static str)> {
         ("approval reason without required", script("[approvals]\nreason = \"spends money\"\n"), "approvals.reason", "only allowed when approvals.required = true"),
         ("approvals unknown field", script("[approvals]\nrequired = true\napprovers = [\"bob\"]\n"), "approvals.approvers", "unknown field"),
         ("approvals wrong type", script("[approvals]\nrequired = \"yes\"\n"), "approvals.required", "expected a boolean"),
-        // Fail closed: asking for what is not enforced yet is refused.
-        ("approvals required", script("[approvals]\nrequired = true\n"), "approvals.required", "run approvals are not available yet"),
-        ("approvals required with reason", script("[approvals]\nrequired = true\nreason = \"spends money\"\n"), "approvals.required", "would run without one"),
+        ("approval ttl without required", script("[approvals]\nttl_s = 60\n"), "approvals.ttl_s", "only allowed when approvals.required = true"),
+        ("approval ttl zero", script("[approvals]\nrequired = true\nttl_s = 0\n"), "approvals.ttl_s", "0 is out of range (expected 1 to 604800)"),
+        ("approval ttl over a week", script("[approvals]\nrequired = true\nttl_s = 604801\n"), "approvals.ttl_s", "604801 is out of range (expected 1 to 604800)"),
+        ("approval ttl wrong type", script("[approvals]\nrequired = true\nttl_s = \"1h\"\n"), "approvals.ttl_s", "expected"),
     ]
 }
 
@@ -474,6 +475,7 @@ fn run_1_positive_controls_for_each_refusal_family() {
             "[inputs.n]\ntype = \"number\"\n[[triggers]]\nkind = \"schedule\"\ncron = \"0 9 * * *\"\ntimezone = \"UTC\"\n",
         ),
         script("[approvals]\nrequired = false\n"),
+        script("[approvals]\nrequired = true\nreason = \"spends money\"\nttl_s = 604800\n"),
         agent("[agent.budgets]\nsteps = 10000\ncost_usd = 1000.0\n"),
     ] {
         parse_ok(&text);
