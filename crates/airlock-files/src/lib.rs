@@ -14,6 +14,10 @@
 //! - [`sniff`] names a media type from content, never letting a file name claim an active type.
 //! - [`names::validate_relative_path`] is the rule for every file name or relative path a user
 //!   chooses (uploads, artifact names in URLs, archive entries), percent-encoded forms included.
+//! - [`workdir::WorkDir`] is a run's work directory as the trusted agent harness touches it:
+//!   bounded reads, atomic writes under a byte and entry budget, and listings whose names are
+//!   escaped for a model, all with the same no-symlink, no-FIFO rules, over a directory the
+//!   workload writes too.
 //! - [`zipcheck::check_zip`] decides whether an uploaded ZIP is safe to keep: entry names, no
 //!   symlinks, no duplicates, no encryption, and bounded expansion (zip bombs).
 //!
@@ -33,6 +37,7 @@ pub mod names;
 mod open;
 mod sniff;
 mod store;
+pub mod workdir;
 pub mod zipcheck;
 
 pub use collect::{Budget, Collected, collect_into, read_bounded};

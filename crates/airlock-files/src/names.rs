@@ -103,8 +103,34 @@ pub fn validate_relative_path(raw: &str) -> Result<String, NameError> {
     }
     let decoded = decode_until_stable(raw.as_bytes())?;
     let name = String::from_utf8(decoded).map_err(|_| NameError::InvalidUtf8)?;
-    check(&name)?;
+    check(&name, Rules::Portable)?;
     Ok(name)
+}
+
+/// Validates a relative path inside a run's work directory (the agent tools `read_file`,
+/// `write_file`, `list_files`), a documented variant of [`validate_relative_path`].
+///
+/// The path is taken literally: no percent-decoding, because a model names files by their real
+/// names (a work directory may hold `report%20v2.pdf`, saved by `curl -O`, and decoding would
+/// make that file unreachable and name `report v2.pdf` instead). Nothing downstream decodes
+/// these paths: the file layer opens them one component at a time beneath a directory
+/// descriptor. Windows device names and segments ending in a dot or a space are accepted for
+/// the same reason (`aux.c` and `con.h` are ordinary files on Linux); everything else of the
+/// rule holds: no control or invisible formatting characters, nothing absolute, no backslash or
+/// separator look-alike, no `.`/`..` segment (look-alikes included), no empty segment, no
+/// trailing `/`, at most [`MAX_PATH_BYTES`] bytes and [`MAX_SEGMENT_BYTES`] per segment.
+pub fn validate_work_path(raw: &str) -> Result<String, NameError> {
+    check(raw, Rules::Literal)?;
+    Ok(raw.to_owned())
+}
+
+/// Which variant of the rule applies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Rules {
+    /// Names that may travel to other systems (uploads, archives, URLs).
+    Portable,
+    /// Paths that only ever name files in a Linux work directory.
+    Literal,
 }
 
 /// Percent-decodes until the bytes stop changing; more than [`MAX_DECODE_ROUNDS`] changing
@@ -208,7 +234,7 @@ fn is_reserved(segment: &str) -> bool {
     RESERVED.iter().any(|r| r.eq_ignore_ascii_case(base))
 }
 
-fn check(name: &str) -> Result<(), NameError> {
+fn check(name: &str, rules: Rules) -> Result<(), NameError> {
     if name.is_empty() {
         return Err(NameError::Empty);
     }
@@ -236,12 +262,12 @@ fn check(name: &str) -> Result<(), NameError> {
         return Err(NameError::TrailingSlash);
     }
     for segment in name.split('/') {
-        check_segment(segment)?;
+        check_segment(segment, rules)?;
     }
     Ok(())
 }
 
-fn check_segment(segment: &str) -> Result<(), NameError> {
+fn check_segment(segment: &str, rules: Rules) -> Result<(), NameError> {
     if segment.is_empty() {
         return Err(NameError::EmptySegment);
     }
@@ -251,6 +277,9 @@ fn check_segment(segment: &str) -> Result<(), NameError> {
     }
     if segment.len() > MAX_SEGMENT_BYTES {
         return Err(NameError::SegmentTooLong);
+    }
+    if rules == Rules::Literal {
+        return Ok(());
     }
     if folded.ends_with('.') || segment.ends_with(' ') {
         return Err(NameError::TrailingDotOrSpace);
@@ -366,6 +395,51 @@ mod tests {
         assert!(cases.len() >= 40, "{}", cases.len());
         for (raw, want) in &cases {
             let got = validate_relative_path(raw);
+            assert_eq!(
+                got.as_deref().map_err(|e| *e),
+                want.map(|s| s),
+                "{}",
+                raw.escape_debug()
+            );
+        }
+    }
+
+    #[test]
+    fn agt_3_work_path_table() {
+        let long_path = vec!["a".repeat(200); 6].join("/");
+        let cases: Vec<(&str, Result<&str, NameError>)> = vec![
+            // Literal: nothing is decoded, so a `%XX` name names itself and cannot hide a
+            // traversal from a layer that decodes (nothing downstream does).
+            ("report%20v2.pdf", Ok("report%20v2.pdf")),
+            ("%2e%2e/x", Ok("%2e%2e/x")),
+            ("..%2fx", Ok("..%2fx")),
+            ("src/main.rs", Ok("src/main.rs")),
+            // Ordinary Linux names that the portable rule refuses.
+            ("aux.c", Ok("aux.c")),
+            ("include/con.h", Ok("include/con.h")),
+            ("Makefile.", Ok("Makefile.")),
+            ("trailing ", Ok("trailing ")),
+            // Everything else of the rule still holds.
+            ("..", Err(E::DotSegment)),
+            (".", Err(E::DotSegment)),
+            ("a/../b", Err(E::DotSegment)),
+            ("./a", Err(E::DotSegment)),
+            ("\u{2025}/x", Err(E::DotSegment)),
+            ("/etc/passwd", Err(E::Absolute)),
+            ("C:x", Err(E::Absolute)),
+            ("a\\b", Err(E::Backslash)),
+            ("a\u{ff0f}b", Err(E::ConfusableSeparator)),
+            ("a//b", Err(E::EmptySegment)),
+            ("a/", Err(E::TrailingSlash)),
+            ("", Err(E::Empty)),
+            ("a\nb", Err(E::ControlChar)),
+            ("x\u{1b}[31m", Err(E::ControlChar)),
+            ("evil\u{202e}txt", Err(E::ControlChar)),
+            ("nul\0", Err(E::ControlChar)),
+            (&long_path, Err(E::TooLong)),
+        ];
+        for (raw, want) in &cases {
+            let got = validate_work_path(raw);
             assert_eq!(
                 got.as_deref().map_err(|e| *e),
                 want.map(|s| s),

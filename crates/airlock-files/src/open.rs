@@ -128,7 +128,7 @@ pub(crate) fn open_entry<Fd: AsFd>(
         flags |= OFlag::O_DIRECTORY;
     }
     let use_openat2 = !OPENAT2_UNAVAILABLE.load(Ordering::Relaxed);
-    let fd = open_beneath(dirfd, name, flags, use_openat2).map_err(|e| match e {
+    let fd = open_beneath(dirfd, name, flags, Mode::empty(), use_openat2).map_err(|e| match e {
         Errno::ELOOP => FileError::Symlink { path: path() },
         Errno::ENXIO => FileError::NotRegular {
             path: path(),
@@ -170,16 +170,35 @@ pub(crate) fn open_entry<Fd: AsFd>(
     }
 }
 
+/// Creates the single, validated component `name` under `dirfd` as a new regular file
+/// (`O_CREAT | O_EXCL`: an existing name, a symlink included, is `EEXIST`, never followed or
+/// reused), opened for writing.
+pub(crate) fn create_beneath<Fd: AsFd>(dirfd: Fd, name: &CStr, mode: Mode) -> nix::Result<OwnedFd> {
+    let flags =
+        OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NONBLOCK | OFlag::O_NOCTTY;
+    let use_openat2 = !OPENAT2_UNAVAILABLE.load(Ordering::Relaxed);
+    open_beneath(dirfd, name, flags, mode, use_openat2)
+}
+
+/// A new open file description of the directory `dirfd` itself, so that reading its entries
+/// never shares (or moves) the offset of a descriptor someone else holds.
+pub(crate) fn reopen_dir<Fd: AsFd>(dirfd: Fd) -> nix::Result<OwnedFd> {
+    let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NONBLOCK | OFlag::O_NOCTTY;
+    let use_openat2 = !OPENAT2_UNAVAILABLE.load(Ordering::Relaxed);
+    open_beneath(dirfd, c".", flags, Mode::empty(), use_openat2)
+}
+
 /// Opens one component beneath `dirfd` without following symlinks.
 fn open_beneath<Fd: AsFd>(
     dirfd: Fd,
     name: &CStr,
     flags: OFlag,
+    mode: Mode,
     use_openat2: bool,
 ) -> nix::Result<OwnedFd> {
     let flags = flags | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
     if use_openat2 {
-        let how = OpenHow::new().flags(flags).resolve(
+        let how = OpenHow::new().flags(flags).mode(mode).resolve(
             ResolveFlag::RESOLVE_BENEATH
                 | ResolveFlag::RESOLVE_NO_SYMLINKS
                 | ResolveFlag::RESOLVE_NO_MAGICLINKS
@@ -193,7 +212,7 @@ fn open_beneath<Fd: AsFd>(
     // Kernels before 5.6, or a seccomp filter that hides openat2. `name` is one validated
     // component (no `/`, not `.` or `..`), so with O_NOFOLLOW it cannot resolve outside `dirfd`;
     // mount points are still caught by the `st_dev` comparison in `open_entry`.
-    openat(dirfd, name, flags, Mode::empty())
+    openat(dirfd, name, flags, mode)
 }
 
 #[cfg(test)]
@@ -213,10 +232,33 @@ mod tests {
         symlink(outside.path().join("secret"), dir.path().join("link")).unwrap();
         let fd = dirfd(dir.path());
         for use_openat2 in [true, false] {
-            let err = open_beneath(&fd, c"link", OFlag::O_RDONLY, use_openat2).unwrap_err();
+            let err = open_beneath(&fd, c"link", OFlag::O_RDONLY, Mode::empty(), use_openat2)
+                .unwrap_err();
             // ENOSYS only if this kernel lacks openat2, in which case the fallback is tested.
             assert!(matches!(err, Errno::ELOOP | Errno::ENOSYS), "{err}");
         }
+    }
+
+    #[test]
+    fn dur_4_both_create_paths_refuse_an_existing_name_and_never_follow_it() {
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("secret"), b"s").unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        symlink(outside.path().join("secret"), dir.path().join("link")).unwrap();
+        symlink(outside.path().join("made"), dir.path().join("dangling")).unwrap();
+        let fd = dirfd(dir.path());
+        let flags = OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL;
+        for use_openat2 in [true, false] {
+            for name in [c"link", c"dangling"] {
+                let err = open_beneath(&fd, name, flags, Mode::S_IRUSR, use_openat2).unwrap_err();
+                assert!(matches!(err, Errno::EEXIST | Errno::ENOSYS), "{err}");
+            }
+        }
+        assert!(!outside.path().join("made").exists());
+        assert_eq!(std::fs::read(outside.path().join("secret")).unwrap(), b"s");
+        // Control: a fresh name is created, beneath the directory.
+        drop(create_beneath(&fd, c"fresh", Mode::S_IRUSR).unwrap());
+        assert!(dir.path().join("fresh").is_file());
     }
 
     #[test]
@@ -225,7 +267,7 @@ mod tests {
         let fd = dirfd(dir.path());
         // openat2 refuses to climb; the fallback is only ever handed validated names, and the
         // name rule (tested in `name`) rejects `..`, so here we only pin the openat2 behaviour.
-        let err = open_beneath(&fd, c"..", OFlag::O_RDONLY, true).unwrap_err();
+        let err = open_beneath(&fd, c"..", OFlag::O_RDONLY, Mode::empty(), true).unwrap_err();
         assert!(matches!(err, Errno::EXDEV | Errno::ENOSYS), "{err}");
     }
 
