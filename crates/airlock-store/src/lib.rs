@@ -17,6 +17,7 @@
 //! per-workspace audit serialisation, migrations) the code says so.
 
 mod actions;
+mod agents;
 mod approvals;
 mod audit;
 mod emergency;
@@ -35,6 +36,7 @@ mod uploads;
 mod webhooks;
 
 pub use actions::{ActionEnd, ActionRefusal, Proposed};
+pub use agents::{AgentItem, ItemRefusal, StoredProfile};
 pub use approvals::{ApprovalRefusal, Decision, MAX_PAYLOAD_BYTES, NewApproval, canonical_payload};
 pub use emergency::{CANCEL_BY_EMERGENCY_STOP, CANCEL_BY_REQUEST, StopOutcome};
 pub use execution::*;

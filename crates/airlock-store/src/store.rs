@@ -146,6 +146,7 @@ const SQLITE_MIGRATIONS: &[(i64, &str)] = &[
     (3, include_str!("../migrations/shared/0003_identity.sql")),
     (4, include_str!("../migrations/shared/0004_api.sql")),
     (5, include_str!("../migrations/shared/0005_approvals.sql")),
+    (6, include_str!("../migrations/shared/0006_agents.sql")),
 ];
 const POSTGRES_MIGRATIONS: &[(i64, &str)] = &[
     (1, include_str!("../migrations/postgres/0001_init.sql")),
@@ -153,10 +154,11 @@ const POSTGRES_MIGRATIONS: &[(i64, &str)] = &[
     (3, include_str!("../migrations/shared/0003_identity.sql")),
     (4, include_str!("../migrations/shared/0004_api.sql")),
     (5, include_str!("../migrations/shared/0005_approvals.sql")),
+    (6, include_str!("../migrations/shared/0006_agents.sql")),
 ];
 
 /// The newest schema version this build knows.
-pub const SCHEMA_VERSION: i64 = 5;
+pub const SCHEMA_VERSION: i64 = 6;
 
 impl Store {
     /// Opens (creating when needed) and migrates. `sqlite://PATH` or

@@ -111,6 +111,7 @@ fn rec(kind: &str) -> AuditRecord {
     AuditRecord::system(kind, None)
 }
 
+mod agents;
 mod approvals;
 mod audit;
 mod execution;
