@@ -122,12 +122,18 @@ impl Runtime {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[non_exhaustive]
 pub struct AgentSpec {
+    /// The workspace's model profile the harness talks to (AGT-2): where
+    /// the model is, which credential channel carries the key, the prices.
     pub model: String,
-    /// The credential channel the harness talks to the model through.
-    pub channel: ChannelName,
     pub tools: BTreeSet<Tool>,
     pub autonomy: Autonomy,
     pub budgets: Budgets,
+    /// How long a person has to decide one of this agent's approval
+    /// requests; then it expires and the model is told `approval_expired`.
+    pub approval_ttl_s: u64,
+    /// The most bytes of one tool's output the model is shown (head and
+    /// tail); the whole output is kept as an artifact.
+    pub tool_output_bytes: u64,
 }
 
 /// An agent tool (AGT-3). Unknown tools are rejected (AGT-7).
@@ -165,25 +171,26 @@ impl Tool {
 }
 
 /// How much an agent may do without a human (AGT-4). Ordered from the most
-/// supervised to the least.
+/// supervised to the least; deny rules and budgets bind at every level.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "kebab-case")]
 pub enum Autonomy {
-    /// Every action with a side effect waits for an approval; the agent can
-    /// only read and propose.
-    Suggest,
-    /// Actions the policy classes as risky wait for an approval; the rest run.
-    Ask,
-    /// Actions run without approval unless the policy requires one; budgets
-    /// and the sandbox still apply.
-    Auto,
+    /// Only reads: every state-changing or outbound action is denied.
+    ReadOnly,
+    /// Every action but the run's own outputs waits for a person.
+    AskAll,
+    /// Reads run; every state-changing action waits for a person.
+    AskWrites,
+    /// Rules decide; an action no rule allows waits for a person.
+    AutoWithinPolicy,
 }
 
-/// Agent budgets (AGT-4); a run that reaches one stops.
+/// Agent budgets (AGT-7); a run that reaches one ends with its own code.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[non_exhaustive]
 pub struct Budgets {
     pub steps: u64,
+    pub tool_calls: u64,
     pub tokens: u64,
     pub cost_usd: f64,
     pub wall_time_s: u64,
@@ -193,11 +200,12 @@ pub struct Budgets {
 impl Default for Budgets {
     fn default() -> Self {
         Self {
-            steps: 50,
-            tokens: 200_000,
-            cost_usd: 1.0,
-            wall_time_s: 900,
-            egress_bytes: 10 << 20,
+            steps: table_default(BUDGET_TABLE, "steps"),
+            tool_calls: table_default(BUDGET_TABLE, "tool_calls"),
+            tokens: table_default(BUDGET_TABLE, "tokens"),
+            cost_usd: COST_USD_RANGE.0,
+            wall_time_s: table_default(BUDGET_TABLE, "wall_time_s"),
+            egress_bytes: table_default(BUDGET_TABLE, "egress_bytes"),
         }
     }
 }
@@ -364,10 +372,27 @@ pub const CPUS_RANGE: (f64, f64, f64) = (1.0, 0.01, 64.0);
 /// Each integer budget: name, default, maximum.
 pub const BUDGET_TABLE: &[(&str, u64, u64)] = &[
     ("steps", 50, 10_000),
+    ("tool_calls", 100, 10_000),
     ("tokens", 200_000, 100_000_000),
     ("wall_time_s", 900, 86_400),
     ("egress_bytes", 10 << 20, 10 << 30),
 ];
+/// `agent.approval_ttl_s`: default (an hour) and maximum (a week).
+pub const AGENT_APPROVAL_TTL_S: (u64, u64) = (3_600, 604_800);
+/// `agent.tool_output_bytes`: default and maximum.
+pub const TOOL_OUTPUT_BYTES: (u64, u64) = (16 * 1024, 1 << 20);
+
+/// Whether `name` can name a model profile.
+pub fn is_profile_name(name: &str) -> bool {
+    let b = name.as_bytes();
+    !b.is_empty()
+        && b.len() <= 64
+        && (b[0].is_ascii_lowercase() || b[0].is_ascii_digit())
+        && b.iter().all(|c| {
+            c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, b'.' | b'_' | b'-')
+        })
+}
+
 /// `cost_usd`: default, maximum (must be above zero).
 pub const COST_USD_RANGE: (f64, f64) = (1.0, 1000.0);
 
@@ -647,16 +672,18 @@ struct RawWorker {
 #[serde(deny_unknown_fields)]
 struct RawAgent {
     model: Option<String>,
-    channel: Option<String>,
     tools: Option<Vec<String>>,
     autonomy: Option<String>,
     budgets: Option<RawBudgets>,
+    approval_ttl_s: Option<i64>,
+    tool_output_bytes: Option<i64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawBudgets {
     steps: Option<i64>,
+    tool_calls: Option<i64>,
     tokens: Option<i64>,
     cost_usd: Option<f64>,
     wall_time_s: Option<i64>,
@@ -967,26 +994,16 @@ fn parse(cx: &mut Cx, raw: RawManifest) -> Option<Manifest> {
 
 fn parse_agent(cx: &mut Cx, a: RawAgent) -> Option<AgentSpec> {
     let model = cx.required(a.model, "agent.model").and_then(|m| {
-        let ok = !m.is_empty() && m.len() <= 200 && m.bytes().all(|b| b.is_ascii_graphic());
-        if ok {
+        if is_profile_name(&m) {
             Some(m)
         } else {
             cx.bad(
                 "agent.model",
-                "must be 1 to 200 printable ASCII characters without spaces",
+                "must name a model profile of the workspace: 1 to 64 characters of a-z, 0-9, '.', '_' or '-', starting with a letter or digit",
             );
             None
         }
     });
-    let channel =
-        cx.required(a.channel, "agent.channel")
-            .and_then(|c| match ChannelName::parse(&c) {
-                Ok(c) => Some(c),
-                Err(e) => {
-                    cx.bad("agent.channel", e.to_string());
-                    None
-                }
-            });
     let tools = cx.required(a.tools, "agent.tools").map(|list| {
         let mut tools = BTreeSet::new();
         for (i, t) in list.iter().enumerate() {
@@ -1005,9 +1022,10 @@ fn parse_agent(cx: &mut Cx, a: RawAgent) -> Option<AgentSpec> {
             "autonomy",
             &s,
             &[
-                ("suggest", Autonomy::Suggest),
-                ("ask", Autonomy::Ask),
-                ("auto", Autonomy::Auto),
+                ("read-only", Autonomy::ReadOnly),
+                ("ask-all", Autonomy::AskAll),
+                ("ask-writes", Autonomy::AskWrites),
+                ("auto-within-policy", Autonomy::AutoWithinPolicy),
             ],
         )
     });
@@ -1020,6 +1038,7 @@ fn parse_agent(cx: &mut Cx, a: RawAgent) -> Option<AgentSpec> {
         }
     };
     let steps = budget("steps", b.steps);
+    let tool_calls = budget("tool_calls", b.tool_calls);
     let tokens = budget("tokens", b.tokens);
     let wall_time_s = budget("wall_time_s", b.wall_time_s);
     let egress_bytes = budget("egress_bytes", b.egress_bytes);
@@ -1037,13 +1056,23 @@ fn parse_agent(cx: &mut Cx, a: RawAgent) -> Option<AgentSpec> {
             None
         }
     };
+    let approval_ttl_s = match a.approval_ttl_s {
+        None => Some(AGENT_APPROVAL_TTL_S.0),
+        Some(v) => cx.positive("agent.approval_ttl_s", v, AGENT_APPROVAL_TTL_S.1),
+    };
+    let tool_output_bytes = match a.tool_output_bytes {
+        None => Some(TOOL_OUTPUT_BYTES.0),
+        Some(v) => cx.positive("agent.tool_output_bytes", v, TOOL_OUTPUT_BYTES.1),
+    };
     Some(AgentSpec {
         model: model?,
-        channel: channel?,
         tools: tools?,
         autonomy: autonomy?,
+        approval_ttl_s: approval_ttl_s?,
+        tool_output_bytes: tool_output_bytes?,
         budgets: Budgets {
             steps: steps?,
+            tool_calls: tool_calls?,
             tokens: tokens?,
             cost_usd: cost_usd?,
             wall_time_s: wall_time_s?,

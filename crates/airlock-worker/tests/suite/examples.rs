@@ -95,7 +95,7 @@ fn run_3_other_examples_contracts() {
     assert_eq!(fetch.manifest.egress.allow[0].as_str(), "api.github.com");
 
     let agent = example("triage-agent");
-    assert_eq!(agent.manifest.agent().unwrap().channel.as_str(), "openai");
+    assert_eq!(agent.manifest.agent().unwrap().model, "triage");
     assert_eq!(
         agent
             .manifest

@@ -59,14 +59,19 @@ fn refusal_table() -> Vec<(&'static str, String, &'static str, &'static str)> {
         ("agent section missing", worker(AGENT_WORKER, &[]), "agent", "missing required section"),
         ("agent with runtime", aw(&[("runtime", Some("\"python3\""))]), "worker.runtime", "only allowed for script workers"),
         ("agent entry not a prompt", aw(&[("entry", Some("\"prompt.md\""))]), "worker.entry", "must be AGENT.md or SKILL.md"),
-        ("agent model missing", format!("{}[agent]\nchannel = \"openai\"\ntools = []\nautonomy = \"ask\"\n", worker(AGENT_WORKER, &[])), "agent.model", "missing required field"),
-        ("agent model with space", agent("").replace("\"gpt-4o-mini\"", "\"gpt 4\""), "agent.model", "printable ASCII"),
-        ("agent channel bad", agent("").replace("\"openai\"", "\"Open-AI\""), "agent.channel", "not a valid channel name"),
+        ("agent model missing", format!("{}[agent]\ntools = []\nautonomy = \"ask-writes\"\n", worker(AGENT_WORKER, &[])), "agent.model", "missing required field"),
+        ("agent model with space", agent("").replace("\"gpt-4o-mini\"", "\"gpt 4\""), "agent.model", "must name a model profile"),
+        ("agent model upper case", agent("").replace("\"gpt-4o-mini\"", "\"GPT\""), "agent.model", "must name a model profile"),
+        ("agent channel is gone", agent("").replace("autonomy", "channel = \"openai\"\nautonomy"), "agent.channel", "unknown field"),
         ("agent unknown tool", agent("").replace("\"finish\"]", "\"finish\", \"rm_rf\"]"), "agent.tools[2]", "unknown tool \"rm_rf\""),
         ("agent tool twice", agent("").replace("\"finish\"]", "\"finish\", \"finish\"]"), "agent.tools[2]", "listed twice"),
         ("agent tools missing", agent("").replace("tools = [\"read_file\", \"finish\"]\n", ""), "agent.tools", "missing required field"),
-        ("agent autonomy unknown", agent("").replace("\"ask\"", "\"yolo\""), "agent.autonomy", "unknown autonomy \"yolo\" (expected suggest, ask or auto)"),
-        ("agent autonomy missing", agent("").replace("autonomy = \"ask\"\n", ""), "agent.autonomy", "missing required field"),
+        ("agent autonomy unknown", agent("").replace("\"ask-writes\"", "\"yolo\""), "agent.autonomy", "unknown autonomy \"yolo\" (expected read-only, ask-all, ask-writes or auto-within-policy)"),
+        ("agent autonomy old name", agent("").replace("\"ask-writes\"", "\"auto\""), "agent.autonomy", "unknown autonomy \"auto\""),
+        ("agent autonomy missing", agent("").replace("autonomy = \"ask-writes\"\n", ""), "agent.autonomy", "missing required field"),
+        ("agent approval ttl zero", agent("").replace("autonomy", "approval_ttl_s = 0\nautonomy"), "agent.approval_ttl_s", "out of range"),
+        ("agent tool output too large", agent("").replace("autonomy", "tool_output_bytes = 1048577\nautonomy"), "agent.tool_output_bytes", "out of range"),
+        ("budget tool calls zero", agent("[agent.budgets]\ntool_calls = 0\n"), "agent.budgets.tool_calls", "out of range (expected 1 to 10000)"),
         ("agent unknown field", agent("").replace("autonomy", "temperature = 1\nautonomy"), "agent.temperature", "unknown field"),
         ("budget steps zero", agent("[agent.budgets]\nsteps = 0\n"), "agent.budgets.steps", "out of range (expected 1 to 10000)"),
         ("budget tokens too many", agent("[agent.budgets]\ntokens = 100000001\n"), "agent.budgets.tokens", "out of range"),
@@ -430,15 +435,15 @@ fn run_1_agent_manifest_parses_with_default_budgets() {
     let m = parse_ok(&agent(""));
     let a = m.agent().expect("an agent");
     assert_eq!(a.model, "gpt-4o-mini");
-    assert_eq!(a.channel.as_str(), "openai");
     assert_eq!(
         a.tools.iter().copied().collect::<Vec<_>>(),
         [Tool::ReadFile, Tool::Finish]
     );
-    assert_eq!(a.autonomy, Autonomy::Ask);
+    assert_eq!(a.autonomy, Autonomy::AskWrites);
+    assert_eq!((a.approval_ttl_s, a.tool_output_bytes), (3600, 16384));
     assert_eq!(
         serde_json::to_value(&a.budgets).unwrap(),
-        json!({ "steps": 50, "tokens": 200000, "cost_usd": 1.0, "wall_time_s": 900, "egress_bytes": 10485760 })
+        json!({ "steps": 50, "tool_calls": 100, "tokens": 200000, "cost_usd": 1.0, "wall_time_s": 900, "egress_bytes": 10485760 })
     );
     let all_tools = agent("").replace(
         "[\"read_file\", \"finish\"]",

@@ -29,7 +29,7 @@ pub const AGENT_WORKER: &[(&str, &str)] = &[
 ];
 
 /// A valid `[agent]` section.
-pub const AGENT_SECTION: &str = "[agent]\nmodel = \"gpt-4o-mini\"\nchannel = \"openai\"\ntools = [\"read_file\", \"finish\"]\nautonomy = \"ask\"\n";
+pub const AGENT_SECTION: &str = "[agent]\nmodel = \"gpt-4o-mini\"\ntools = [\"read_file\", \"finish\"]\nautonomy = \"ask-writes\"\n";
 
 /// A `[worker]` table from `base` with `overrides` applied: `Some(v)`
 /// replaces or adds the key, `None` removes it.
