@@ -25,9 +25,9 @@ pub struct Budgets {
     /// Input plus output tokens, as the provider reported them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tokens: Option<u64>,
-    /// Cost in millionths of a US dollar, from the profile's price table.
+    /// Cost in billionths of a US dollar (nano-dollars), from the profile's price table.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cost_micro_usd: Option<u64>,
+    pub cost_nano_usd: Option<u64>,
     /// The run's own time in milliseconds, approval waits excluded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wall_time_ms: Option<u64>,
@@ -42,7 +42,7 @@ pub struct Spent {
     pub steps: u64,
     pub tool_calls: u64,
     pub tokens: u64,
-    pub cost_micro_usd: u64,
+    pub cost_nano_usd: u64,
     pub wall_time_ms: u64,
     pub egress_bytes: u64,
 }
@@ -104,7 +104,7 @@ impl Budgets {
             Budget::Steps => self.steps,
             Budget::ToolCalls => self.tool_calls,
             Budget::Tokens => self.tokens,
-            Budget::Cost => self.cost_micro_usd,
+            Budget::Cost => self.cost_nano_usd,
             Budget::WallTime => self.wall_time_ms,
             Budget::EgressBytes => self.egress_bytes,
         }
@@ -123,7 +123,7 @@ impl Budgets {
                 Budget::Steps => (spent.steps, next == Next::ModelRequest),
                 Budget::ToolCalls => (spent.tool_calls, next == Next::ToolCall),
                 Budget::Tokens => (spent.tokens, false),
-                Budget::Cost => (spent.cost_micro_usd, false),
+                Budget::Cost => (spent.cost_nano_usd, false),
                 Budget::WallTime => (spent.wall_time_ms, false),
                 Budget::EgressBytes => (spent.egress_bytes, false),
             };
@@ -160,7 +160,7 @@ impl Budgets {
             steps: min(self.steps, cap.steps),
             tool_calls: min(self.tool_calls, cap.tool_calls),
             tokens: min(self.tokens, cap.tokens),
-            cost_micro_usd: min(self.cost_micro_usd, cap.cost_micro_usd),
+            cost_nano_usd: min(self.cost_nano_usd, cap.cost_nano_usd),
             wall_time_ms: min(self.wall_time_ms, cap.wall_time_ms),
             egress_bytes: min(self.egress_bytes, cap.egress_bytes),
         }
@@ -210,7 +210,7 @@ mod tests {
     ) -> (&'a mut Option<u64>, &'a mut u64) {
         match budget {
             Budget::Tokens => (&mut b.tokens, &mut s.tokens),
-            Budget::Cost => (&mut b.cost_micro_usd, &mut s.cost_micro_usd),
+            Budget::Cost => (&mut b.cost_nano_usd, &mut s.cost_nano_usd),
             Budget::WallTime => (&mut b.wall_time_ms, &mut s.wall_time_ms),
             Budget::EgressBytes => (&mut b.egress_bytes, &mut s.egress_bytes),
             Budget::Steps => (&mut b.steps, &mut s.steps),
@@ -277,7 +277,7 @@ mod tests {
     #[test]
     fn budgets_refuse_unknown_fields() {
         assert!(serde_json::from_str::<Budgets>(r#"{"step": 3}"#).is_err());
-        let b: Budgets = serde_json::from_str(r#"{"steps": 3, "cost_micro_usd": 10}"#).unwrap();
+        let b: Budgets = serde_json::from_str(r#"{"steps": 3, "cost_nano_usd": 10}"#).unwrap();
         assert_eq!(b.steps, Some(3));
     }
 }

@@ -42,7 +42,7 @@ pub use airlock_sandbox::{LaunchError, RunResult, SandboxRequest, SandboxSpec, S
 mod real;
 mod recording;
 
-pub use real::SandboxLauncher;
+pub use real::{SandboxLauncher, start_proxy};
 pub use recording::{RecordingLauncher, fake_result};
 
 /// Starts sandboxes. Blocking: a launch returns when the workload has ended

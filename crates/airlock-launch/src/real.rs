@@ -100,8 +100,10 @@ impl SandboxLauncher {
     }
 }
 
-/// The proxy runtime for one sandbox, its channels narrowed to the plan's.
-fn start_proxy(plan: EgressPlan, notices: &mut Vec<Notice>) -> Result<Egress, LaunchFailure> {
+/// The proxy runtime for one sandbox (or the agent harness's
+/// `http_request`), its channels narrowed to the plan's, stopped while
+/// the plan's halt flag is set.
+pub fn start_proxy(plan: EgressPlan, notices: &mut Vec<Notice>) -> Result<Egress, LaunchFailure> {
     check_channels(&plan)?;
     let EgressPlan {
         policy,

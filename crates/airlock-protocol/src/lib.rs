@@ -17,6 +17,7 @@ pub mod audit;
 pub mod emergency;
 pub mod error;
 pub mod identity;
+pub mod models;
 pub mod runs;
 pub mod secrets;
 pub mod uploads;

@@ -84,6 +84,10 @@ pub struct Config {
     pub quotas: Quotas,
     /// Time for sessions, tokens, quotas and links (tests move it by hand).
     pub clock: Arc<dyn Clock>,
+    /// Non-public networks a keyless model profile (`base_url`) may reach,
+    /// e.g. a llama.cpp server on this host (`AIRLOCK_MODEL_ALLOW_PRIVATE`).
+    /// Channels name their own upstream, which the operator chose.
+    pub model_allow_private: Vec<airlock_egress::policy::Cidr>,
 }
 
 impl Config {
@@ -101,6 +105,7 @@ impl Config {
             identity: IdentityConfig::default(),
             quotas: Quotas::default(),
             clock: Arc::new(SystemClock),
+            model_allow_private: Vec::new(),
         }
     }
 }

@@ -17,6 +17,7 @@
 //! headers or cookies), print, or spawn processes other than through the
 //! broker.
 
+mod agent;
 mod approvals;
 mod audit;
 mod auth;
@@ -29,6 +30,7 @@ mod executor;
 mod identity;
 pub mod journal;
 pub mod metrics;
+mod model_profiles;
 mod runs;
 pub mod schedule_eval;
 mod scheduler;

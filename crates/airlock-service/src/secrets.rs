@@ -404,4 +404,28 @@ impl Secrets {
         }
         Ok(VaultSource { values })
     }
+
+    /// Like [`Secrets::channel_source`], but a secret that is not set is
+    /// left out (its channel then fails to parse, naming itself) instead
+    /// of failing the whole source: the agent harness reports a missing
+    /// model credential as `provider_credentials_missing`.
+    pub async fn channel_source_available(
+        &self,
+        workspace: &str,
+        policy_text: &str,
+        run_id: &str,
+    ) -> Result<VaultSource, SecretError> {
+        let mut values = std::collections::HashMap::new();
+        for n in channel_secret_names(policy_text) {
+            let v = match self.read_for_run(workspace, &n, run_id).await {
+                Ok((_, v)) => v,
+                Err(SecretError::Missing(_)) => continue,
+                Err(e) => return Err(e),
+            };
+            let value =
+                text(&v).ok_or_else(|| SecretError::Invalid(format!("{n} is not UTF-8")))?;
+            values.insert(n, value);
+        }
+        Ok(VaultSource { values })
+    }
 }

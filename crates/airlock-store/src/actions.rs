@@ -458,14 +458,17 @@ impl Store {
 
     /// The run waits for a person, holding nothing: `running` →
     /// `awaiting_approval`, lease released, if (and only if) one of its
-    /// requests is still pending. False when none is (they were decided
-    /// meanwhile: carry on). A decision puts the run back in the queue.
+    /// requests is still pending or one of its actions waits to be settled
+    /// (`outcome_unknown`). False when neither (they were decided
+    /// meanwhile: carry on). A decision or settlement puts the run back in
+    /// the queue.
     pub async fn park_for_approval(&self, run_id: &str, token: i64, now: i64) -> Result<bool> {
         let mut tx = self.pool.begin().await?;
         let row = sqlx::query(
             "UPDATE runs SET state = 'awaiting_approval', lease_owner = NULL, lease_expires_at = NULL \
              WHERE id = $1 AND fencing_token = $2 AND state = 'running' \
-             AND EXISTS (SELECT 1 FROM approvals a WHERE a.run_id = $1 AND a.workspace_id = runs.workspace_id AND a.state = 'pending') \
+             AND (EXISTS (SELECT 1 FROM approvals a WHERE a.run_id = $1 AND a.workspace_id = runs.workspace_id AND a.state = 'pending') \
+                  OR EXISTS (SELECT 1 FROM actions x WHERE x.run_id = $1 AND x.workspace_id = runs.workspace_id AND x.state = 'outcome_unknown')) \
              RETURNING workspace_id",
         )
         .bind(run_id)

@@ -60,8 +60,19 @@ run_error_codes! {
         "The run's worker is no longer loaded in the run's workspace.";
     TriggerNotDeclared = "trigger_not_declared", Blocked,
         "The run came from a trigger its worker does not declare (e.g. started by hand, but `[[triggers]]` has no `manual`).";
-    AgentUnavailable = "agent_unavailable", Blocked,
-        "Agent workers do not execute in this release.";
+    // --- agent runs: the model (AGT-2).
+    ModelProfileMissing = "model_profile_missing", Blocked,
+        "The agent's `model` names no model profile of the run's workspace (`airlock models put NAME`).";
+    ModelProfileInvalid = "model_profile_invalid", Blocked,
+        "The agent's model profile is stored but no longer valid (a field this version refuses).";
+    ProviderCredentialsMissing = "provider_credentials_missing", Blocked,
+        "The model profile names a credential channel the operator's egress policy does not have, or whose secret is not set; audited.";
+    ModelPriceUnknown = "model_price_unknown", Blocked,
+        "The agent has a cost budget but its model profile has no prices for input and output tokens (give a local model explicit zero prices).";
+    ModelFailed = "model_failed", Failed,
+        "The model provider failed after bounded retries (the run's events name the model error code, e.g. `model_rate_limited`, `model_stream_cut`).";
+    AgentNoFinish = "agent_no_finish", Failed,
+        "The model stopped without calling `finish` and did not after one reminder.";
     EgressPolicyUnreadable = "egress_policy_unreadable", Blocked,
         "The operator egress policy (`AIRLOCK_EGRESS_POLICY`) is configured but cannot be read, so neither its channels nor the credentials it keeps out of `[secrets]` are known.";
     EgressPolicyInvalid = "egress_policy_invalid", Blocked,
@@ -108,6 +119,19 @@ run_error_codes! {
         "The executable is not a regular executable file, or could not be read.";
     ExecFailed = "exec_failed", Failed,
         "The sandbox started but the workload could not be executed.";
+    // --- agent runs: budgets (AGT-7) and the pipeline.
+    BudgetSteps = "budget_steps", Failed,
+        "The agent made as many model requests as `agent.budgets.steps` allows.";
+    BudgetToolCalls = "budget_tool_calls", Failed,
+        "The agent dispatched as many tool calls as `agent.budgets.tool_calls` allows and asked for another.";
+    BudgetTokens = "budget_tokens", Failed,
+        "The agent's model requests used `agent.budgets.tokens` tokens.";
+    BudgetCost = "budget_cost", Failed,
+        "The agent's model requests cost `agent.budgets.cost_usd`, priced from its model profile.";
+    BudgetWallTime = "budget_wall_time", Failed,
+        "The agent spent `agent.budgets.wall_time_s` on model requests and tool calls (waiting for a person is not counted).";
+    BudgetEgressBytes = "budget_egress_bytes", Failed,
+        "The agent's tools moved `agent.budgets.egress_bytes` through its egress proxy.";
     // --- the workload ended badly.
     ExitNonzero = "exit_nonzero", Failed,
         "The workload exited with a non-zero status.";

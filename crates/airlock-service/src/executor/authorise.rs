@@ -72,15 +72,15 @@ impl Service {
                 ),
             ));
         }
-        let mut argv = match m.command(Path::new(WORKER_DIR)) {
-            Ok(a) => a,
-            Err(airlock_worker::CommandError::AgentUnavailable) => {
-                return Err(Outcome::fail(
-                    RunErrorCode::AgentUnavailable,
-                    "agent workers execute in a later release; this run did not start",
-                ));
+        // An agent has no command: the harness runs its loop here, in the
+        // trusted process (AGT-1).
+        let mut argv = if m.agent().is_some() {
+            Vec::new()
+        } else {
+            match m.command(Path::new(WORKER_DIR)) {
+                Ok(a) => a,
+                Err(e) => return Err(Outcome::fail(RunErrorCode::Internal, e.to_string())),
             }
-            Err(e) => return Err(Outcome::fail(RunErrorCode::Internal, e.to_string())),
         };
         if argv.len() == 1 {
             // A native entry runs from its host path, where the broker
@@ -99,7 +99,9 @@ impl Service {
             Err(e) => return Err(Outcome::fail(RunErrorCode::Internal, e.to_string())),
         }
 
-        let wants_egress = !m.egress.allow.is_empty() || !m.egress.channels.is_empty();
+        // An agent's model channel lives in the operator's policy too.
+        let wants_egress =
+            !m.egress.allow.is_empty() || !m.egress.channels.is_empty() || m.agent().is_some();
         let policy_text = match &self.cfg.egress_policy {
             Some(p) if wants_egress || !m.secrets.names.is_empty() => {
                 // Unreadable is not empty: an empty list of channel
@@ -211,7 +213,7 @@ impl Service {
     /// A run created by a user (`usr_…`) starts only if that user is still
     /// a member whose role permits `runs.create`. Local operator actors
     /// (the CLI on the server's own files, the system) are not members.
-    async fn actor_may_run(&self, run: &RunRecord) -> Result<bool, StoreError> {
+    pub(crate) async fn actor_may_run(&self, run: &RunRecord) -> Result<bool, StoreError> {
         if !run.actor.starts_with("usr_") {
             return Ok(true);
         }

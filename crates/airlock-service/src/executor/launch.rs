@@ -158,44 +158,8 @@ impl Service {
         };
 
         // Cancel, the emergency stop and lease renewal while the workload
-        // runs. A stop made on another node arrives here as the run's
-        // cancel kind: the workload is killed without grace and this
-        // node's proxies of the workspace close too.
-        let watcher = {
-            let svc = self.clone();
-            let cancel = cx.cancel.clone();
-            let kill = cx.kill.clone();
-            let run_id = run.id.clone();
-            let workspace = run.workspace_id.clone();
-            tokio::spawn(async move {
-                let mut tick = 0u32;
-                loop {
-                    tokio::time::sleep(Duration::from_millis(250)).await;
-                    tick += 1;
-                    // A failed read is "not yet"; the next tick asks again,
-                    // and a lease that cannot be renewed stops the workload.
-                    match svc.store.cancel_kind(&run_id).await {
-                        Ok(Some(airlock_store::CANCEL_BY_EMERGENCY_STOP)) => {
-                            svc.stop_flag(&workspace).store(true, Ordering::SeqCst);
-                            kill.store(true, Ordering::SeqCst);
-                            cancel.store(true, Ordering::SeqCst);
-                        }
-                        Ok(Some(k)) if k != 0 => cancel.store(true, Ordering::SeqCst),
-                        _ => {}
-                    }
-                    if tick.is_multiple_of(8)
-                        && svc
-                            .store
-                            .renew_lease(&run_id, token, svc.cfg.lease)
-                            .await
-                            .is_err()
-                    {
-                        // Someone else owns the run: stop the workload.
-                        cancel.store(true, Ordering::SeqCst);
-                    }
-                }
-            })
-        };
+        // runs.
+        let watcher = self.spawn_run_watcher(cx);
 
         crate::metrics::COUNTERS
             .sandbox_launches
@@ -243,6 +207,49 @@ impl Service {
         Ok(Ran {
             bundle: staged.bundle,
             launched,
+        })
+    }
+
+    /// Turns a cancel request, the emergency stop (from any node) and a
+    /// lease that can no longer be renewed into the run's cancel and kill
+    /// flags, every 250 ms, and renews the lease every 2 s, until aborted.
+    /// A stop made on another node arrives here as the run's cancel kind:
+    /// the workload is killed without grace and this node's proxies of the
+    /// workspace close too.
+    pub(crate) fn spawn_run_watcher(self: &Arc<Self>, cx: &RunCx) -> tokio::task::JoinHandle<()> {
+        let svc = self.clone();
+        let cancel = cx.cancel.clone();
+        let kill = cx.kill.clone();
+        let run_id = cx.claim.run.id.clone();
+        let workspace = cx.claim.run.workspace_id.clone();
+        let token = cx.claim.token;
+        tokio::spawn(async move {
+            let mut tick = 0u32;
+            loop {
+                tokio::time::sleep(Duration::from_millis(250)).await;
+                tick += 1;
+                // A failed read is "not yet"; the next tick asks again,
+                // and a lease that cannot be renewed stops the workload.
+                match svc.store.cancel_kind(&run_id).await {
+                    Ok(Some(airlock_store::CANCEL_BY_EMERGENCY_STOP)) => {
+                        svc.stop_flag(&workspace).store(true, Ordering::SeqCst);
+                        kill.store(true, Ordering::SeqCst);
+                        cancel.store(true, Ordering::SeqCst);
+                    }
+                    Ok(Some(k)) if k != 0 => cancel.store(true, Ordering::SeqCst),
+                    _ => {}
+                }
+                if tick.is_multiple_of(8)
+                    && svc
+                        .store
+                        .renew_lease(&run_id, token, svc.cfg.lease)
+                        .await
+                        .is_err()
+                {
+                    // Someone else owns the run: stop the workload.
+                    cancel.store(true, Ordering::SeqCst);
+                }
+            }
         })
     }
 }

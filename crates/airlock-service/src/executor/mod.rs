@@ -35,14 +35,17 @@ use std::time::Duration;
 
 use airlock_store::{Claim, Finish, RunErrorCode, RunState, StoreError};
 
+use crate::agent::Ended;
 use crate::service::Service;
 
 mod authorise;
-pub(crate) use authorise::trigger_needed;
+pub(crate) use authorise::{Authorised, trigger_needed};
 mod collect;
+pub(crate) use collect::file_error_code;
 mod finish;
 mod launch;
 mod stage;
+pub(crate) use stage::secret_code;
 #[cfg(test)]
 mod tests;
 
@@ -255,29 +258,43 @@ impl Service {
             kill,
             redactor: None,
         };
-        let outcome = match self.stages(&mut cx).await {
-            Ok(o) | Err(o) => o,
+        let ended = match self.stages(&mut cx).await {
+            Ok(e) => e,
+            Err(o) => Ended::Finished(o),
         };
-        crate::metrics::run_finished(
-            outcome.state,
-            u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
-        );
+        let outcome = match ended {
+            Ended::Finished(o) => Some(o),
+            Ended::Parked | Ended::Released => None,
+        };
         if let Ok(mut c) = self.cancels.lock() {
             c.remove(&run_id);
         }
         if let Ok(mut k) = self.kills.lock() {
             k.remove(&run_id);
         }
+        // Parked (waiting for a person) or released (someone else holds
+        // it): nothing is written and the folder stays.
+        let Some(outcome) = outcome else {
+            return;
+        };
+        crate::metrics::run_finished(
+            outcome.state,
+            u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+        );
         self.finish(&cx, outcome).await;
     }
 
     /// authorise → stage → launch → collect; the first stage that ends the
-    /// run returns its outcome.
-    async fn stages(self: &Arc<Self>, cx: &mut RunCx) -> Result<Outcome, Outcome> {
+    /// run returns its outcome. An agent run goes from authorise to the
+    /// harness ([`crate::agent`]).
+    async fn stages(self: &Arc<Self>, cx: &mut RunCx) -> Result<Ended, Outcome> {
         let authorised = self.authorise(&cx.claim.run).await?;
+        if authorised.bundle.manifest.agent().is_some() {
+            return self.run_agent(cx, authorised).await;
+        }
         let staged = self.stage(cx, authorised).await?;
         let ran = self.launch(cx, staged).await?;
-        Ok(self.collect(cx, ran).await)
+        Ok(Ended::Finished(self.collect(cx, ran).await))
     }
 
     fn run_dir(&self, run_id: &str) -> PathBuf {

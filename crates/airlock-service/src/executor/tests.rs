@@ -237,7 +237,7 @@ async fn run_3_a_clean_run_is_launched_once_with_the_manifest_request() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn run_4_authorise_refusals_block_before_any_launch() {
     let webhook_only = script("hook", "[[triggers]]\nkind = \"webhook\"\n");
-    let agent = "[worker]\nid = \"agent\"\ntitle = \"agent\"\nkind = \"agent\"\nentry = \"AGENT.md\"\n\n[agent]\nmodel = \"m\"\nchannel = \"openai\"\ntools = []\nautonomy = \"ask\"\n".to_string();
+    let agent = "[worker]\nid = \"agent\"\ntitle = \"agent\"\nkind = \"agent\"\nentry = \"AGENT.md\"\n\n[agent]\nmodel = \"m\"\ntools = []\nautonomy = \"ask-writes\"\n".to_string();
     let h = Harness::new(
         &[
             ("plain", script("plain", "")),
@@ -294,8 +294,9 @@ async fn run_4_authorise_refusals_block_before_any_launch() {
     h.execute_next().await;
     let r = h.svc.run_in(WS, &queued.run.id).await.unwrap();
     assert_eq!(ended(&r), blocked(RunErrorCode::TriggerNotDeclared));
+    // An agent without a model profile in the workspace.
     let r = h.run("agent").await;
-    assert_eq!(ended(&r), blocked(RunErrorCode::AgentUnavailable));
+    assert_eq!(ended(&r), blocked(RunErrorCode::ModelProfileMissing));
     // A worker removed between queueing and execution.
     let created = h
         .svc
