@@ -21,6 +21,7 @@ mod health;
 mod identity;
 pub mod limits;
 pub mod metrics;
+mod models;
 pub mod openapi;
 mod runs;
 mod secrets;
@@ -254,6 +255,7 @@ pub fn api_router() -> OpenApiRouter<AppState> {
         .merge(audit::routes())
         .merge(approvals::routes())
         .merge(emergency::routes())
+        .merge(models::routes())
         .merge(uploads::routes())
         .merge(webhooks::routes())
 }

@@ -35,6 +35,11 @@ pub struct Paths {
     /// Operator egress policy (credential channels).
     #[arg(long, env = "AIRLOCK_EGRESS_POLICY", global = true)]
     pub egress_policy: Option<PathBuf>,
+    /// Non-public networks (CIDRs, comma-separated) a keyless model profile
+    /// (`base_url`) may reach, e.g. `127.0.0.1/32` for a local llama.cpp
+    /// server. Cloud metadata addresses are never reachable.
+    #[arg(long, env = "AIRLOCK_MODEL_ALLOW_PRIVATE", value_delimiter = ',', value_parser = parse_cidr, global = true)]
+    pub model_allow_private: Vec<airlock_egress::policy::Cidr>,
     /// Key directory (KEK, high-water marks): outside the database, 0700.
     #[arg(long, env = "AIRLOCK_KEY_DIR", global = true)]
     pub key_dir: Option<PathBuf>,
@@ -43,6 +48,10 @@ pub struct Paths {
     /// `secrets …`, `approvals …`, `stop`, `resume`, `audit verify`).
     #[arg(long, env = "AIRLOCK_REMOTE", global = true)]
     pub remote: bool,
+}
+
+fn parse_cidr(s: &str) -> Result<airlock_egress::policy::Cidr, String> {
+    airlock_egress::policy::Cidr::parse(s.trim()).map_err(|e| format!("{s:?}: {e}"))
 }
 
 impl Paths {
@@ -55,6 +64,7 @@ impl Paths {
     pub fn config(&self) -> Config {
         let mut c = Config::with_defaults(self.data_dir.clone(), self.workers_dir.clone());
         c.egress_policy = self.egress_policy.clone();
+        c.model_allow_private = self.model_allow_private.clone();
         if let Some(k) = &self.key_dir {
             c.key_dir = k.clone();
         }

@@ -13,6 +13,7 @@ use airlock_protocol::approvals::{
     RuleList,
 };
 use airlock_protocol::emergency::{EmergencyState, StopRequest, Stopped};
+use airlock_protocol::models::{ModelProfile, ModelProfileList, PutModelProfile};
 use airlock_protocol::runs::{
     Cancelled, CreatePlan, CreateRun, ListRuns, PlanCreated, Run, RunCreated, RunDetail, RunEvent,
     RunList, RunPlan,
@@ -270,6 +271,54 @@ impl Door {
                 .request(
                     "DELETE",
                     &format!("/v1/secrets/{}", encode(name)),
+                    &[],
+                    None::<&()>,
+                )
+                .await?
+                .empty(),
+        }
+    }
+
+    pub async fn list_model_profiles(&self) -> Result<ModelProfileList, Error> {
+        match self {
+            Door::Local { svc, caller } => svc.list_model_profiles(caller).await,
+            Door::Remote(r) => r.get("/v1/model-profiles").await,
+        }
+    }
+
+    pub async fn get_model_profile(&self, name: &str) -> Result<ModelProfile, Error> {
+        match self {
+            Door::Local { svc, caller } => svc.get_model_profile(caller, name).await,
+            Door::Remote(r) => r.get(&format!("/v1/model-profiles/{}", encode(name))).await,
+        }
+    }
+
+    pub async fn put_model_profile(
+        &self,
+        name: &str,
+        b: &PutModelProfile,
+    ) -> Result<ModelProfile, Error> {
+        match self {
+            Door::Local { svc, caller } => svc.put_model_profile(caller, name, b).await,
+            Door::Remote(r) => r
+                .request(
+                    "PUT",
+                    &format!("/v1/model-profiles/{}", encode(name)),
+                    &[],
+                    Some(b),
+                )
+                .await?
+                .json(),
+        }
+    }
+
+    pub async fn delete_model_profile(&self, name: &str) -> Result<(), Error> {
+        match self {
+            Door::Local { svc, caller } => svc.delete_model_profile(caller, name).await,
+            Door::Remote(r) => r
+                .request(
+                    "DELETE",
+                    &format!("/v1/model-profiles/{}", encode(name)),
                     &[],
                     None::<&()>,
                 )

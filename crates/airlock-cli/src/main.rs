@@ -9,6 +9,7 @@ mod client;
 mod common;
 mod door;
 mod login_cmd;
+mod models_cmd;
 mod proxy_cmd;
 mod runs_cmd;
 mod sandbox_cmd;
@@ -103,6 +104,12 @@ enum Command {
         #[command(subcommand)]
         command: audit_cmd::AuditCommand,
     },
+    /// Model profiles of the workspace: where an agent's model is and
+    /// which credential channel carries its key.
+    Models {
+        #[command(subcommand)]
+        command: models_cmd::ModelsCommand,
+    },
     /// Write-only secrets (values from stdin).
     Secrets {
         #[command(subcommand)]
@@ -164,6 +171,7 @@ fn main() -> ExitCode {
         Command::Resume { json } => approvals_cmd::resume(&cli.paths, json),
         Command::Worker { command } => worker_cmd::worker(&command),
         Command::Audit { command } => audit_cmd::audit(&cli.paths, &command),
+        Command::Models { command } => models_cmd::models(&cli.paths, &command),
         Command::Secrets { command } => secrets_cmd::secrets(&cli.paths, &command),
         Command::Keys { command } => secrets_cmd::keys(&cli.paths, &command),
         Command::Login(a) => login_cmd::login(&a),
