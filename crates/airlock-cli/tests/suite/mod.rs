@@ -1,3 +1,4 @@
+mod agents;
 mod approvals;
 mod docs;
 mod egress;

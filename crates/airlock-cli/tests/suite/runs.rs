@@ -506,6 +506,18 @@ impl Server {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+    /// Whether the server exited on its own within `limit` (a hang guard,
+    /// not a timing assertion).
+    pub(crate) fn wait_exit(&mut self, limit: Duration) -> bool {
+        let deadline = Instant::now() + limit;
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
+    }
     pub(crate) fn get_with_key(&self, path: &str, key: &str) -> (u16, String) {
         let auth = format!("Bearer {key}");
         self.request("GET", path, None, &[("authorization", &auth)])
@@ -900,10 +912,10 @@ fn api_6_events_resume_after_last_event_id(who: Who) {
 both_users!(api_6_events_resume_after_last_event_id);
 
 /// A fresh PostgreSQL database for one test (dropped at the end).
-struct PgDb(String);
+pub(crate) struct PgDb(String);
 
 impl PgDb {
-    fn new() -> Option<Self> {
+    pub(crate) fn new() -> Option<Self> {
         let name = format!(
             "airlock_cli_{}_{}",
             std::process::id(),
@@ -929,7 +941,7 @@ impl PgDb {
         }
         Some(Self(name))
     }
-    fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("postgres://postgres@127.0.0.1:5432/{}", self.0)
     }
 }

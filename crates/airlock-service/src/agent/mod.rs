@@ -49,5 +49,15 @@ pub(crate) const POLICY_VERSION: &str = "airlock-agent-policy-1";
 /// sandbox.
 pub(crate) const WORK_DIR: &str = "/airlock/work";
 
+/// The crash matrix's hook: when `AIRLOCK_TEST_CRASH_AT` names this point,
+/// the process sends itself SIGKILL here — no destructor, flush or
+/// shutdown runs, as in a power cut. The tests set it for one process of a
+/// server and restart without it; nothing else sets it.
+pub(crate) fn crash_point(name: &str) {
+    if std::env::var_os("AIRLOCK_TEST_CRASH_AT").is_some_and(|v| v == name) {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::this(), nix::sys::signal::Signal::SIGKILL);
+    }
+}
+
 #[cfg(test)]
 mod tests;

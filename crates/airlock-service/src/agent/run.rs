@@ -324,6 +324,7 @@ impl Service {
                 .map_err(|e| end(RunErrorCode::Internal, e.to_string()))?;
             // Persisted before anything in it is acted on (DUR-2).
             self.append(agent, "response", None, &body).await?;
+            super::crash_point("after_response_persisted");
             self.event(
                 agent,
                 "model",
@@ -619,6 +620,7 @@ impl Service {
                 }
             }
         };
+        super::crash_point("after_dispatched");
         let out = match action {
             Action::Finish { .. } => ToolOutput {
                 ok: true,
@@ -628,6 +630,7 @@ impl Service {
             },
             _ => self.run_tool(agent, &ticket, action, stops).await,
         };
+        super::crash_point("after_tool_exit");
         let end_state = if out.aborted {
             ActionEnd::Aborted
         } else if out.ok {

@@ -212,7 +212,8 @@ impl Service {
 
     /// Turns a cancel request, the emergency stop (from any node) and a
     /// lease that can no longer be renewed into the run's cancel and kill
-    /// flags, every 250 ms, and renews the lease every 2 s, until aborted.
+    /// flags, every 250 ms, and renews the lease at a third of its length,
+    /// until aborted.
     /// A stop made on another node arrives here as the run's cancel kind:
     /// the workload is killed without grace and this node's proxies of the
     /// workspace close too.
@@ -223,11 +224,13 @@ impl Service {
         let run_id = cx.claim.run.id.clone();
         let workspace = cx.claim.run.workspace_id.clone();
         let token = cx.claim.token;
+        // Renewed at a third of the lease, so two renewals can be late
+        // before anyone may take the run.
+        let renew_every = (svc.cfg.lease / 3).max(Duration::from_millis(250));
         tokio::spawn(async move {
-            let mut tick = 0u32;
+            let mut renewed = tokio::time::Instant::now();
             loop {
                 tokio::time::sleep(Duration::from_millis(250)).await;
-                tick += 1;
                 // A failed read is "not yet"; the next tick asks again,
                 // and a lease that cannot be renewed stops the workload.
                 match svc.store.cancel_kind(&run_id).await {
@@ -239,7 +242,7 @@ impl Service {
                     Ok(Some(k)) if k != 0 => cancel.store(true, Ordering::SeqCst),
                     _ => {}
                 }
-                if tick.is_multiple_of(8)
+                if renewed.elapsed() >= renew_every
                     && svc
                         .store
                         .renew_lease(&run_id, token, svc.cfg.lease)
@@ -248,6 +251,8 @@ impl Service {
                 {
                     // Someone else owns the run: stop the workload.
                     cancel.store(true, Ordering::SeqCst);
+                } else if renewed.elapsed() >= renew_every {
+                    renewed = tokio::time::Instant::now();
                 }
             }
         })
