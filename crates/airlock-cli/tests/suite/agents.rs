@@ -4,7 +4,6 @@
 //! scripted model server on loopback speaking the providers' wire format.
 
 use std::path::PathBuf;
-use std::process::Output;
 use std::time::{Duration, Instant};
 
 use airlock_modeltest::{Fault, ScriptedServer, Step, call};
@@ -104,12 +103,8 @@ fn put_profile_in(env: &Env, db: Option<&str>, model: &Model, extra: &str) {
 
 const MODEL_ENV: (&str, &str) = ("AIRLOCK_MODEL_ALLOW_PRIVATE", "127.0.0.1/32");
 
-fn cli(env: &Env, args: &[&str]) -> Output {
-    env.cmd().args(args).output().unwrap()
-}
-
-/// The database the local CLI opens in this thread's test (the crash
-/// matrix on PostgreSQL sets it).
+// The database the local CLI opens in this thread's test (the crash
+// matrix on PostgreSQL sets it).
 thread_local! {
     static DB: std::cell::RefCell<Option<String>> = const { std::cell::RefCell::new(None) };
 }
