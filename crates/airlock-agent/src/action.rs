@@ -79,7 +79,7 @@ impl ActionKind {
             }
             Self::ListFiles => "List the files under a folder of the run's work directory.",
             Self::HttpRequest => {
-                "Send an HTTP request through the run's egress proxy (only allowlisted hosts and the worker's channels are reachable)."
+                "Send an HTTP request through the run's egress proxy (only allowlisted hosts and the worker's channels are reachable; a channel is http://127.0.0.1:3128/channels/<name>/<path>, and its credential is added by the proxy, never seen by you)."
             }
             Self::RequestApproval => {
                 "Ask a person to approve something before you go on; say what and why."

@@ -5,7 +5,9 @@
 //! byte counts apply to the harness's requests exactly as to a workload's.
 //! Plain `http://` goes to the proxy in absolute form; `https://` goes
 //! through a `CONNECT` tunnel, with TLS to the origin verified against the
-//! system roots.
+//! system roots. A credential channel is named as a workload names it,
+//! `http://127.0.0.1:3128/channels/<name>/<path>`: the proxy adds the
+//! credential on its side.
 //!
 //! What comes back is data for the model (bounded), and it taints the
 //! context: the result names the URL.
@@ -126,7 +128,15 @@ fn exchange_blocking(
         Ok(a) => a,
         Err(e) => return (Err(e.to_string()), 0),
     };
-    let serving = match proxy.serve_sandbox(listener, "agent", None, &addr.to_string()) {
+    // The proxy answers to the address a sandbox knows it by, so the
+    // agent names a channel with the same URL a workload uses
+    // (`http://127.0.0.1:3128/channels/<name>/…`).
+    let serving = match proxy.serve_sandbox(
+        listener,
+        "agent",
+        None,
+        airlock_egress::proxy::SANDBOX_PROXY_ADDR,
+    ) {
         Ok(s) => s,
         Err(e) => return (Err(format!("the egress proxy could not serve: {e}")), 0),
     };
