@@ -42,6 +42,10 @@ fn agent(tools: &[&str], autonomy: &str, rest: &str) -> String {
 
 impl Harness {
     async fn new(manifest: &str, fake: RecordingLauncher) -> Self {
+        Self::with_policy(manifest, fake, None).await
+    }
+
+    async fn with_policy(manifest: &str, fake: RecordingLauncher, policy: Option<&str>) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().to_path_buf();
         let w = root.join("workers/helper");
@@ -53,6 +57,11 @@ impl Harness {
             vec![airlock_egress::policy::Cidr::parse("127.0.0.1/32").unwrap()];
         let clock = Arc::new(airlock_iam::ManualClock::new(1_900_000_000_000));
         cfg.clock = clock.clone();
+        if let Some(text) = policy {
+            let p = root.join("egress.toml");
+            std::fs::write(&p, text).unwrap();
+            cfg.egress_policy = Some(p);
+        }
         let store = Store::open(&format!("sqlite://{}", root.join("airlock.db").display()))
             .await
             .unwrap();
@@ -603,4 +612,112 @@ async fn agt_4_untrusted_content_turns_an_outbound_read_into_an_approval_naming_
     // Control: the same GET with a clean context runs without a person
     // (it is refused by nobody but the network here).
     let _ = Path::new("/");
+}
+
+/// A server on loopback answering every request with `size` bytes.
+fn bytes_server(size: usize) -> u16 {
+    use std::io::{Read, Write};
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for mut s in l.incoming().flatten() {
+            let mut buf = [0u8; 4096];
+            let _ = s.read(&mut buf);
+            let body = "x".repeat(size);
+            let _ = write!(
+                s,
+                "HTTP/1.1 200 OK\r\ncontent-length: {size}\r\nconnection: close\r\n\r\n{body}"
+            );
+        }
+    });
+    port
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agt_7_egress_and_wall_time_budgets_end_the_run_with_their_codes() {
+    // egress_bytes = 500: one fetch of 2000 bytes through the proxy spends it.
+    let port = bytes_server(2000);
+    let policy = format!(
+        "[channels.pages]\nupstream = \"http://127.0.0.1:{port}\"\nheader = \"X-Token\"\nvalue = \"${{secret:PAGES_TOKEN}}\"\nmethods = [\"GET\"]\npaths = [\"/\"]\ninsecure_upstream_for_tests = true\n"
+    );
+    let manifest = agent(
+        &["http_request", "finish"],
+        "ask-writes",
+        "[agent.budgets]\negress_bytes = 500\n\n[egress]\nchannels = [\"pages\"]\n",
+    );
+    let h = Harness::with_policy(&manifest, RecordingLauncher::succeeding(), Some(&policy)).await;
+    h.svc
+        .secrets
+        .set(
+            WS,
+            "PAGES_TOKEN",
+            b"pages-token-0123456789".to_vec(),
+            "test",
+        )
+        .await
+        .unwrap();
+    let server = ScriptedServer::start([
+        Step::calls(vec![call(
+            "g",
+            "http_request",
+            r#"{"method": "GET", "url": "http://127.0.0.1:3128/channels/pages/big"}"#,
+        )]),
+        Step::calls(vec![call("f", "finish", "{}")]),
+    ])
+    .await
+    .unwrap();
+    h.profile(&server, json!({})).await;
+    let r = h.run(json!({})).await;
+    assert_eq!(ended(&r), code(RunErrorCode::BudgetEgressBytes), "{r:?}");
+    assert_eq!(
+        server.requests().len(),
+        1,
+        "no request after the budget was spent"
+    );
+    let acts = h.actions(&r.id).await;
+    assert_eq!(acts[0].state, ActionState::Completed);
+    assert!(
+        acts[0].result.as_ref().unwrap()["egress_bytes"]
+            .as_u64()
+            .unwrap()
+            >= 2000
+    );
+
+    // wall_time_s = 1: a command that takes longer spends it; the wait for
+    // the person who approved it did not count.
+    let slow = RecordingLauncher::answering(|launch, _| {
+        std::thread::sleep(Duration::from_millis(1100));
+        Ok(airlock_launch::Launched {
+            result: airlock_launch::fake_result(Some(0), None),
+            egress: launch.egress.as_ref().map(|_| Default::default()),
+            notices: Vec::new(),
+        })
+    });
+    let manifest = agent(
+        &["run_command", "finish"],
+        "ask-writes",
+        "[agent.budgets]\nwall_time_s = 1\n",
+    );
+    let h = Harness::new(&manifest, slow).await;
+    let server = ScriptedServer::start([
+        Step::calls(vec![call("c", "run_command", r#"{"argv": ["make"]}"#)]),
+        Step::calls(vec![call("f", "finish", "{}")]),
+    ])
+    .await
+    .unwrap();
+    h.profile(&server, json!({})).await;
+    let r = h.run(json!({})).await;
+    assert_eq!(r.state, RunState::AwaitingApproval);
+    // A long wait for the person: not counted.
+    h.clock.advance(Duration::from_secs(30));
+    let ap = h.pending().await.remove(0);
+    h.svc
+        .approve(&Caller::operator(WS), &ap.id, &Approve::default())
+        .await
+        .unwrap();
+    h.execute_next().await;
+    let r = h.get(&r.id).await;
+    assert_eq!(ended(&r), code(RunErrorCode::BudgetWallTime), "{r:?}");
+    assert_eq!(server.requests().len(), 1);
+    assert_eq!(h.fake.launches().len(), 1);
 }
