@@ -113,7 +113,8 @@ pub fn status_of(code: ErrorCode) -> StatusCode {
         | C::SecretInvalid
         | C::InvalidSecret
         | C::BadArchive
-        | C::RuleRefused => StatusCode::UNPROCESSABLE_ENTITY,
+        | C::RuleRefused
+        | C::ModelProfileInvalid => StatusCode::UNPROCESSABLE_ENTITY,
         C::NotReady => StatusCode::SERVICE_UNAVAILABLE,
         C::SecretRollback | C::Internal => StatusCode::INTERNAL_SERVER_ERROR,
     }

@@ -82,6 +82,7 @@ error_codes! {
     ApprovalHashMismatch = "approval_hash_mismatch": "the payload hash given is not the request's (it is not what was reviewed)",
     SelfApproval = "self_approval": "the member who started the run cannot approve its requests unless the workspace allows self-approval",
     RuleRefused = "rule_refused": "the standing rule is too broad (empty, an interpreter, a -c/-e form) or does not fit the request",
+    ModelProfileInvalid = "model_profile_invalid": "the model profile breaks a rule of its wire format (unknown format, both or neither of channel and base_url, a refused base URL, a price out of range, …)",
     EmergencyStopped = "emergency_stopped": "the workspace is under an emergency stop; nothing starts or runs until it is resumed",
     // Secrets.
     SecretInvalid = "secret_invalid": "the secret's name or value breaks its rule",

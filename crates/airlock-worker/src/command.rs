@@ -10,8 +10,8 @@ use crate::manifest::{Manifest, WorkerKind};
 /// Why no command can be built.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CommandError {
-    #[error("agent workers are not executable yet")]
-    AgentUnavailable,
+    #[error("an agent worker has no command of its own: its harness runs each tool call")]
+    AgentWorker,
     #[error(
         "the bundle directory in the sandbox must be an absolute UTF-8 path without . or .. components"
     )]
@@ -22,7 +22,7 @@ impl CommandError {
     /// Stable error code.
     pub fn code(&self) -> &'static str {
         match self {
-            Self::AgentUnavailable => "agent_unavailable",
+            Self::AgentWorker => "agent_worker",
             Self::BadBundleDir => "invalid_bundle_dir",
         }
     }
@@ -34,7 +34,7 @@ impl Manifest {
     /// `["/airlock/worker/bin/tool"]` for a `native` entry.
     pub fn command(&self, bundle_dir_in_sandbox: &Path) -> Result<Vec<String>, CommandError> {
         let WorkerKind::Script { runtime } = &self.kind else {
-            return Err(CommandError::AgentUnavailable);
+            return Err(CommandError::AgentWorker);
         };
         // Checked on the string: `Path::components` silently drops inner
         // `.` components, and the string is what ends up in the argv.

@@ -630,11 +630,8 @@ pub struct Unenforced {
 /// Empty today: `approvals.required`, the last entry, is enforced by the
 /// run service (a run waits in `awaiting_approval` and executes only with
 /// a consumed approval for exactly its payload).
-///
-/// Why agent fields are not here: an agent worker loads (so bundles can be
-/// written and validated today) but none of its runs starts — each ends
-/// `blocked` with `agent_unavailable` — so nothing relies on its
-/// `[agent]` settings yet.
+/// Every `[agent]` field is enforced by the harness (model profile,
+/// autonomy, tools, budgets, approval expiry, tool output bound).
 pub const UNENFORCED: &[Unenforced] = &[];
 
 // ---------------------------------------------------------------------------

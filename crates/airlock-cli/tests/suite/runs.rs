@@ -226,9 +226,12 @@ fn run_1_each_example_worker_end_to_end(who: Who) {
         "{v}"
     );
 
+    // The agent example names the workspace model profile "triage", which
+    // a fresh data directory does not have: the run is blocked and says so
+    // (runs against a scripted provider are in `suite::agents`).
     let (v, code, _) = env.run_json(&["triage-agent", "--input", r#"{"issue": "crash on start"}"#]);
     assert_eq!((state(&v), code), ("blocked", 1), "{v}");
-    assert_eq!(v["run"]["error_code"], "agent_unavailable");
+    assert_eq!(v["run"]["error_code"], "model_profile_missing");
 
     // Bad input never creates a run.
     let (_, code, err) = env.run_json(&["hello-python", "--input", r#"{"name": 5}"#]);

@@ -49,8 +49,8 @@ fn run_1_agent_workers_are_not_executable_yet() {
     let err = parse_ok(&agent(""))
         .command(Path::new("/airlock/worker"))
         .unwrap_err();
-    assert_eq!(err, CommandError::AgentUnavailable);
-    assert_eq!(err.code(), "agent_unavailable");
+    assert_eq!(err, CommandError::AgentWorker);
+    assert_eq!(err.code(), "agent_worker");
     assert_eq!(err.to_string(), "agent workers are not executable yet");
 }
 

@@ -102,6 +102,6 @@ fn run_3_other_examples_contracts() {
             .command(Path::new("/airlock/worker"))
             .unwrap_err()
             .code(),
-        "agent_unavailable"
+        "agent_worker"
     );
 }
