@@ -45,13 +45,16 @@ fn run_1_runtime_to_argv() {
 }
 
 #[test]
-fn run_1_agent_workers_are_not_executable_yet() {
+fn run_1_an_agent_worker_has_no_command_of_its_own() {
     let err = parse_ok(&agent(""))
         .command(Path::new("/airlock/worker"))
         .unwrap_err();
     assert_eq!(err, CommandError::AgentWorker);
     assert_eq!(err.code(), "agent_worker");
-    assert_eq!(err.to_string(), "agent workers are not executable yet");
+    assert_eq!(
+        err.to_string(),
+        "an agent worker has no command of its own: its harness runs each tool call"
+    );
 }
 
 #[test]
