@@ -49,6 +49,15 @@ pub use recording::{RecordingLauncher, fake_result};
 /// (call it from a blocking thread in async code).
 pub trait Launcher: Send + Sync + std::fmt::Debug {
     fn launch(&self, launch: Launch, controls: Controls) -> Result<Launched, LaunchFailure>;
+
+    /// The host `(uid, gid)` its workloads run as when that is not this
+    /// process's own (a root broker's sandbox ids): files the platform
+    /// writes into a workload's writable root are given to it, so that the
+    /// workload can change them. `None`: the process's own ids (or unknown;
+    /// a launch that cannot resolve them fails on its own).
+    fn workload_owner(&self) -> Option<(u32, u32)> {
+        None
+    }
 }
 
 /// One sandbox to start, as plain data.

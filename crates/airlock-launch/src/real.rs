@@ -35,6 +35,10 @@ impl Launcher for SandboxLauncher {
     fn launch(&self, launch: Launch, controls: Controls) -> Result<Launched, LaunchFailure> {
         self.launch_prepared(launch.prepare()?, controls)
     }
+
+    fn workload_owner(&self) -> Option<(u32, u32)> {
+        self.broker.workload_owner().ok().flatten()
+    }
 }
 
 impl SandboxLauncher {

@@ -239,6 +239,18 @@ impl Broker {
         self
     }
 
+    /// The host uid and gid this broker's workloads run as when they are
+    /// not the broker's own: a root broker's workloads are the sandbox ids
+    /// (SBX-3). `None` for an unprivileged broker. For files the platform
+    /// prepares in a writable root that the workload must later change.
+    pub fn workload_owner(&self) -> Result<Option<(u32, u32)>, SubidError> {
+        if !nix::unistd::geteuid().is_root() {
+            return Ok(None);
+        }
+        let ids = crate::subid::resolve(&self.subids)?;
+        Ok(Some((ids.uid, ids.gid)))
+    }
+
     /// Runs one workload to completion.
     pub fn run(&self, spec: &SandboxSpec) -> Result<RunResult, LaunchError> {
         self.run_with(spec, Hooks::default())

@@ -166,20 +166,41 @@ fn work_dir(env: &Env, run: &str) -> PathBuf {
 
 fn agt_1_an_agent_runs_a_command_in_the_sandbox_and_finishes(who: Who) {
     let env = Env::new(who);
-    agent_worker(&env, &["run_command", "finish"], "ask-writes", "");
+    agent_worker(
+        &env,
+        &["write_file", "run_command", "finish"],
+        "ask-writes",
+        "",
+    );
     let model = Model::start(vec![
+        Step::calls(vec![call(
+            "c0",
+            "write_file",
+            r#"{"path": "notes/a.txt", "content": "one\n"}"#,
+        )]),
         Step::calls(vec![call(
             "c1",
             "run_command",
-            r#"{"argv": ["sh", "-c", "echo hello > greeting.txt; id -u; cat greeting.txt; ls /airlock"]}"#,
+            r#"{"argv": ["sh", "-c", "echo hello > greeting.txt; id -u; cat greeting.txt; ls /airlock; echo two >> notes/a.txt && touch notes/b && echo CHANGED"]}"#,
         )]),
         Step::calls(vec![call("c2", "finish", "{}")]),
     ]);
     put_profile(&env, &model, "");
     let s = Server::start(&env, &[MODEL_ENV]);
     let run = start(&s, json!({}));
-    // A command changes state: a person decides, bound to its payload.
-    let a = pending(&s, &run);
+    // A write changes state: a person decides, bound to its payload (the
+    // content's hash).
+    let w = pending(&s, &run);
+    assert_eq!(w["payload"]["tool"], "write_file");
+    approve(&env, &w);
+    // So does a command.
+    let a = loop {
+        let a = pending(&s, &run);
+        if a["id"] != w["id"] {
+            break a;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
     assert_eq!(a["payload"]["tool"], "run_command");
     assert_eq!(a["payload"]["argv"][0], "sh");
     assert_eq!(s.run_state(&run), "awaiting_approval");
@@ -189,9 +210,12 @@ fn agt_1_an_agent_runs_a_command_in_the_sandbox_and_finishes(who: Who) {
         "succeeded"
     );
     assert_eq!(model.server.violations(), Vec::<String>::new());
-    let result = &model.results(1)[0];
+    let result = &model.results(2)[1];
     assert!(result.contains("exit status 0"), "{result}");
     assert!(result.contains("hello"), "{result}");
+    // What write_file created belongs to the sandbox's user: the command
+    // changed the file and created another in its folder.
+    assert!(result.contains("CHANGED"), "{result}");
     // The command ran in the sandbox: as root, never as host uid 0; its
     // work directory is /airlock/work.
     let uid: u32 = result
@@ -205,7 +229,8 @@ fn agt_1_an_agent_runs_a_command_in_the_sandbox_and_finishes(who: Who) {
     // Journal: dispatched once, completed; usage in the model events.
     let acts = actions(&s, &run);
     assert_eq!(acts[0]["state"], "completed");
-    assert_eq!(acts[0]["attempt"], 1);
+    assert_eq!(acts[1]["state"], "completed");
+    assert_eq!(acts[1]["attempt"], 1);
     let (_, ev) = s.request("GET", &format!("/v1/runs/{run}/events"), None, &[]);
     assert!(ev.contains("event: model"), "{ev}");
     assert!(ev.contains("\"usage\""), "{ev}");

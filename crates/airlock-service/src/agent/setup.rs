@@ -52,6 +52,9 @@ pub(crate) struct Agent {
     /// `data/runs/<id>/work`: persists across the run's tool calls.
     pub(crate) work: PathBuf,
     pub(crate) workdir: Arc<WorkDir>,
+    /// Who owns what `write_file` creates: the sandbox ids under a root
+    /// broker, so that a later `run_command` can change it.
+    pub(crate) work_owner: Option<(u32, u32)>,
     /// `None`: tools have no network at all.
     pub(crate) egress: Option<ToolEgress>,
     /// What taints the context from the start (a webhook's input is
@@ -244,6 +247,7 @@ impl Service {
             budgets,
             work,
             workdir: Arc::new(workdir),
+            work_owner: self.launcher.workload_owner(),
             egress,
             input_taint,
             run,

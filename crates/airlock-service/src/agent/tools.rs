@@ -371,11 +371,13 @@ async fn write_file(agent: &Agent, path: &str, content: &str, sha256: &str) -> T
     }
     let wd = agent.workdir.clone();
     let (p, c) = (path.to_string(), content.as_bytes().to_vec());
-    let written = tokio::task::spawn_blocking(move || {
-        wd.write(&p, &c, &WriteOpts::default())
-            .map_err(|e| e.to_string())
-    })
-    .await;
+    let opts = WriteOpts {
+        owner: agent.work_owner,
+        ..WriteOpts::default()
+    };
+    let written =
+        tokio::task::spawn_blocking(move || wd.write(&p, &c, &opts).map_err(|e| e.to_string()))
+            .await;
     match written {
         Ok(Ok(w)) => ToolOutput::ok(
             format!("wrote {} bytes to {path}", w.bytes),
