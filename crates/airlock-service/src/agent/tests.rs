@@ -602,6 +602,20 @@ async fn agt_2_setup_refusals_block_the_run_before_any_model_request() {
     let r = h.run(json!({})).await;
     assert_eq!(ended(&r), code(RunErrorCode::ModelPriceUnknown), "{r:?}");
     assert!(server.requests().is_empty());
+    // A stored profile this version refuses (written around the service,
+    // as an older version or a hand edit could) is never half-used.
+    h.profile(&server, json!({"channel": "openai"})).await;
+    let r = h.run(json!({})).await;
+    assert_eq!(ended(&r), code(RunErrorCode::ModelProfileInvalid), "{r:?}");
+    assert!(server.requests().is_empty());
+    // Control: the same profile without the second destination is used.
+    let server = ScriptedServer::start([Step::calls(vec![call("f", "finish", "{}")])])
+        .await
+        .unwrap();
+    h.profile(&server, json!({})).await;
+    let r = h.run(json!({})).await;
+    assert_eq!(ended(&r), (RunState::Succeeded, None), "{r:?}");
+    assert_eq!(server.requests().len(), 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
