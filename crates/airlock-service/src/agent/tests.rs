@@ -570,6 +570,46 @@ async fn agt_7_a_spent_budget_ends_the_run_before_anyone_is_asked_to_approve() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agt_6_the_emergency_stop_cancels_a_model_request_in_flight() {
+    let manifest = agent(&["finish"], "read-only", "");
+    let h = Arc::new(Harness::new(&manifest, RecordingLauncher::succeeding()).await);
+    // The provider accepts the request and never answers.
+    let server = ScriptedServer::start([
+        Step::calls(vec![call("f", "finish", "{}")]).fault(airlock_modeltest::Fault::NoHead)
+    ])
+    .await
+    .unwrap();
+    h.profile(&server, json!({})).await;
+    let run = h.create(json!({})).await;
+    let exec = {
+        let h = h.clone();
+        tokio::spawn(async move { h.execute_next().await })
+    };
+    // Preflight: the request is in flight, the run is running.
+    while server.requests().is_empty() {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(h.get(&run.id).await.state, RunState::Running);
+    h.svc
+        .emergency_stop(
+            &Caller::operator(WS),
+            &airlock_protocol::emergency::StopRequest::default(),
+        )
+        .await
+        .unwrap();
+    // The execution ends without the provider ever answering (a hang
+    // guard, not a timing claim: the client's own head timeout is longer).
+    tokio::time::timeout(Duration::from_secs(30), exec)
+        .await
+        .expect("the stop ends the model request")
+        .unwrap();
+    let r = h.get(&run.id).await;
+    assert_eq!(ended(&r), code(RunErrorCode::EmergencyStop), "{r:?}");
+    assert_eq!(server.requests().len(), 1, "no further model request");
+    assert!(h.actions(&run.id).await.is_empty(), "nothing was acted on");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn agt_2_setup_refusals_block_the_run_before_any_model_request() {
     let manifest = agent(&["finish"], "read-only", "");
     let h = Harness::new(&manifest, RecordingLauncher::succeeding()).await;
