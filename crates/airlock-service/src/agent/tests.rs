@@ -685,6 +685,23 @@ async fn agt_2_bad_model_output_is_answered_and_a_failing_provider_ends_the_run(
     // None became an action.
     assert_eq!(h.actions(&r.id).await.len(), 1, "only finish");
 
+    // 10 MiB of arguments: the response is over the client's 8 MiB
+    // ceiling, read no further, and the run ends with a clear error;
+    // nothing was acted on.
+    let huge = format!(r#"{{"path": "{}"}}"#, "a".repeat(10 << 20));
+    let server = ScriptedServer::start([
+        Step::calls(vec![call("big", "list_files", &huge)]),
+        Step::calls(vec![call("f", "finish", "{}")]),
+    ])
+    .await
+    .unwrap();
+    h.profile(&server, json!({})).await;
+    let r = h.run(json!({})).await;
+    assert_eq!(ended(&r), code(RunErrorCode::ModelFailed), "{r:?}");
+    let msg = r.error_message.as_deref().unwrap_or_default();
+    assert!(msg.contains("model_response_too_large"), "{msg}");
+    assert!(h.actions(&r.id).await.is_empty(), "nothing was acted on");
+
     // A provider answering 500 forever: bounded retries, then model_failed.
     let server = ScriptedServer::start([
         Step::status(500, "server_error", "boom"),
