@@ -24,8 +24,9 @@ pub enum Autonomy {
     ReadOnly,
     /// Reads run; every state-changing action waits for a person (policy
     /// rules cannot waive it; deny rules still deny). A person's standing
-    /// grant from an earlier approval covers later matching actions, except
-    /// while untrusted content is in the context (the journal's rule).
+    /// grant from an earlier approval (exactly one payload in one run, or a
+    /// narrow argv prefix) covers later matching actions, tainted context
+    /// included: it is an explicit rule (the journal applies it).
     AskWrites,
     /// Every action but `write_output` and `finish` waits for a person.
     AskAll,

@@ -167,8 +167,9 @@ impl Service {
     /// `RequireApproval`, a live standing rule of the run's worker that
     /// covers it (exactly this payload in this run, or an argv prefix for
     /// `run_command`) allows it without a new request; the rule's id is
-    /// recorded and audited. Never while untrusted content is in the
-    /// context (the verdict names what tainted it): then a person decides.
+    /// recorded and audited. A standing rule is a person's explicit rule,
+    /// so it applies in a tainted context too (AGT-4: "unless a rule
+    /// explicitly allows them"); its narrowness is what bounds it.
     pub async fn decide_action(
         &self,
         run: &Run,
@@ -177,15 +178,6 @@ impl Service {
         verdict: Verdict,
     ) -> Result<Decided> {
         let now = self.now();
-        // Untrusted content in the context: a person looks again, whatever
-        // they granted before (a standing rule is for the calm case).
-        let tainted = match &verdict {
-            Verdict::RequireApproval { detail, .. } => detail
-                .get("tainted_by")
-                .and_then(Value::as_array)
-                .is_some_and(|t| !t.is_empty()),
-            _ => false,
-        };
         let (allow, detail, ask) = match verdict {
             Verdict::Allow { detail } => {
                 (true, json!({"verdict": "allow", "detail": detail}), None)
@@ -220,12 +212,7 @@ impl Service {
             .await
             .svc()?
             .ok_or_else(Error::not_found)?;
-        let rule = if tainted {
-            None
-        } else {
-            self.covering_rule(run, &action).await?
-        };
-        if let Some(rule) = rule {
+        if let Some(rule) = self.covering_rule(run, &action).await? {
             let detail = json!({"verdict": "allow_by_rule", "rule": rule, "detail": detail});
             let a = self
                 .store

@@ -1187,27 +1187,6 @@ async fn agt_4_the_journal_hands_out_dispatch_tickets_and_rules_only_skip_the_pe
         panic!("the rule covers it");
     };
     assert_eq!(b.grant_id.as_deref(), Some(rule.as_str()));
-    // The same covered command with untrusted content in the context: a
-    // person decides again (the rule above is the control).
-    let (t, _) = h
-        .svc
-        .propose_action(&c.run, c.token, "call-2t", "run_command", &covered)
-        .await
-        .unwrap();
-    let tainted = Verdict::RequireApproval {
-        detail: serde_json::json!({"risk": "write", "tainted_by": ["the page at https://evil.example/"]}),
-        reason: "untrusted content is in the context".into(),
-        ttl: Duration::from_secs(60),
-    };
-    let Decided::AwaitingApproval(t, _) = h
-        .svc
-        .decide_action(&c.run, c.token, &t.id, tainted)
-        .await
-        .unwrap()
-    else {
-        panic!("a standing rule never covers a tainted context");
-    };
-    assert!(t.grant_id.is_none());
     let sneaky =
         serde_json::json!({"tool": "run_command", "argv": ["sh", "-c", "git status && git push"]});
     let (s, _) = h
