@@ -251,6 +251,10 @@ pub struct ModelProfile {
     pub temperature: Option<f32>,
     pub stream: bool,
     pub parallel_tool_calls: Option<bool>,
+    /// `auto` (default) or `required`: whether every answer must call a
+    /// tool. An agent always ends with the `finish` tool, so `required`
+    /// suits models that drift into prose (small local models).
+    pub tool_choice: crate::ToolChoice,
     pub prices: Prices,
     pub limits: CallLimits,
     pub retry: RetryLimits,
@@ -290,6 +294,8 @@ pub struct ProfileFile {
     pub stream: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parallel_tool_calls: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_choice: Option<crate::ToolChoice>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prices: Option<PricesFile>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -592,6 +598,16 @@ impl ModelProfile {
             temperature,
             stream: f.stream.unwrap_or(true),
             parallel_tool_calls: f.parallel_tool_calls,
+            tool_choice: match f.tool_choice {
+                None | Some(crate::ToolChoice::Auto) => crate::ToolChoice::Auto,
+                Some(crate::ToolChoice::Required) => crate::ToolChoice::Required,
+                Some(crate::ToolChoice::None) => {
+                    return Err(invalid(
+                        "tool_choice",
+                        "is auto or required (an agent needs its tools)",
+                    ));
+                }
+            },
             prices,
             limits,
             retry,
@@ -612,7 +628,7 @@ impl ModelProfile {
             model: self.model.clone(),
             messages,
             tools,
-            tool_choice: crate::ToolChoice::Auto,
+            tool_choice: self.tool_choice,
             parallel_tool_calls: self.parallel_tool_calls,
             max_output_tokens: self.max_output_tokens,
             temperature: self.temperature,
@@ -691,6 +707,22 @@ max_tokens_field = "max_completion_tokens"
     }
 
     #[test]
+    fn agt_2_tool_choice_reaches_the_request() {
+        let base = "format = \"openai-chat\"\nmodel = \"m\"\nchannel = \"c\"\n";
+        let auto = ModelProfile::from_toml(base).expect("valid");
+        assert_eq!(
+            auto.request(vec![], vec![]).tool_choice,
+            crate::ToolChoice::Auto
+        );
+        let required =
+            ModelProfile::from_toml(&format!("{base}tool_choice = \"required\"\n")).expect("valid");
+        assert_eq!(
+            required.request(vec![], vec![]).tool_choice,
+            crate::ToolChoice::Required
+        );
+    }
+
+    #[test]
     fn agt_2_profile_refusals_name_the_field() {
         let base = "format = \"openai-chat\"\nmodel = \"m\"\n";
         let cases: &[(&str, &str)] = &[
@@ -725,6 +757,10 @@ max_tokens_field = "max_completion_tokens"
             (
                 &format!("{base}channel = \"c\"\ntemperature = 3.0\n"),
                 "temperature",
+            ),
+            (
+                &format!("{base}channel = \"c\"\ntool_choice = \"none\"\n"),
+                "tool_choice",
             ),
             (
                 &format!("{base}channel = \"c\"\nmax_output_tokens = 0\n"),

@@ -15,7 +15,8 @@ pub struct PutModelProfile {
     /// The profile: `format` (`openai-chat`, `openai-responses`,
     /// `anthropic-messages`), `channel` or `base_url`, `model`, optional
     /// `max_output_tokens`, `temperature`, `stream`,
-    /// `parallel_tool_calls`, `prices` (US dollars per million tokens:
+    /// `parallel_tool_calls`, `tool_choice` (`auto` or `required`), `prices`
+    /// (US dollars per million tokens:
     /// `input`, `cached_input`, `output`, `reasoning`), `limits`, `compat`.
     #[schema(value_type = Object)]
     pub profile: Value,
