@@ -62,11 +62,15 @@ impl Store {
             tx.rollback().await?;
             return Err(StoreError::StaleToken);
         };
+        // The run is fenced and its items are keyed by its id (random,
+        // unique across workspaces); its workspace is the one just read
+        // from its row. A workspace predicate here could never exclude a
+        // row (the mutation check reported it as surviving), so there is
+        // none.
         if let Some(call) = call_id {
             let answered: Option<i64> = sqlx::query_scalar(
-                "SELECT seq FROM agent_items WHERE workspace_id = $1 AND run_id = $2 AND call_id = $3",
+                "SELECT seq FROM agent_items WHERE run_id = $1 AND call_id = $2",
             )
-            .bind(&ws)
             .bind(run_id)
             .bind(call)
             .fetch_optional(&mut *tx)
@@ -77,9 +81,8 @@ impl Store {
             }
         }
         let seq: i64 = sqlx::query_scalar(
-            "SELECT COALESCE(MAX(seq), 0) + 1 FROM agent_items WHERE workspace_id = $1 AND run_id = $2",
+            "SELECT COALESCE(MAX(seq), 0) + 1 FROM agent_items WHERE run_id = $1",
         )
-        .bind(&ws)
         .bind(run_id)
         .fetch_one(&mut *tx)
         .await?;
