@@ -172,6 +172,17 @@ impl Service {
                     "channel {missing:?} is not configured by the operator"
                 )));
             }
+            // The model's own channel stays the harness's: a tool that
+            // could use it would spend the model's key outside the agent's
+            // budgets (and talk to the model without the transcript).
+            if let Endpoint::Channel(model_channel) = &profile.endpoint
+                && channels.iter().any(|c| c == model_channel)
+            {
+                return Err(invalid(format!(
+                    "the worker's [egress] channels name {model_channel:?}, the channel of its model profile {:?}: its tools could then use the model's key outside the agent's budgets; give tools a channel of their own",
+                    spec.model
+                )));
+            }
             Some(ToolEgress {
                 policy: p,
                 channels,

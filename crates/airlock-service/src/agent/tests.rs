@@ -812,6 +812,59 @@ fn bytes_server(size: usize) -> u16 {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agt_7_tools_cannot_be_given_the_models_own_channel() {
+    let port = bytes_server(10);
+    let policy = format!(
+        "[channels.llm]\nupstream = \"http://127.0.0.1:{port}\"\nheader = \"Authorization\"\nvalue = \"Bearer ${{secret:LLM_KEY}}\"\nmethods = [\"POST\"]\npaths = [\"/v1/chat/completions\"]\ninsecure_upstream_for_tests = true\n\n[channels.pages]\nupstream = \"http://127.0.0.1:{port}\"\nheader = \"X-Token\"\nvalue = \"${{secret:LLM_KEY}}\"\nmethods = [\"GET\"]\npaths = [\"/\"]\ninsecure_upstream_for_tests = true\n"
+    );
+    let with_channels = |channels: &str| {
+        agent(
+            &["http_request", "finish"],
+            "ask-writes",
+            &format!("\n[egress]\nchannels = [{channels}]\n"),
+        )
+    };
+    for (channels, refused) in [("\"llm\"", true), ("\"pages\"", false)] {
+        let h = Harness::with_policy(
+            &with_channels(channels),
+            RecordingLauncher::succeeding(),
+            Some(&policy),
+        )
+        .await;
+        h.svc
+            .secrets
+            .set(WS, "LLM_KEY", b"sk-test-0123456789abcdef".to_vec(), "test")
+            .await
+            .unwrap();
+        h.svc
+            .store
+            .put_model_profile(
+                WS,
+                "local",
+                &json!({"format": "openai-chat", "channel": "llm", "model": "m", "stream": false, "prices": {"input": 0, "output": 0}}),
+                "test",
+                AuditRecord::system("model_profile.put", None),
+            )
+            .await
+            .unwrap();
+        let r = h.run(json!({})).await;
+        if refused {
+            assert_eq!(ended(&r), code(RunErrorCode::EgressPolicyInvalid), "{r:?}");
+            let msg = r.error_message.unwrap_or_default();
+            assert!(msg.contains("channel of its model profile"), "{msg}");
+        } else {
+            // Control: with a channel of its own the run gets past set-up
+            // (and reaches the model: here a server that is not one).
+            assert_ne!(
+                r.error_code.as_deref(),
+                Some(RunErrorCode::EgressPolicyInvalid.as_str()),
+                "{r:?}"
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn agt_7_egress_and_wall_time_budgets_end_the_run_with_their_codes() {
     // egress_bytes = 500: one fetch of 2000 bytes through the proxy spends it.
     let port = bytes_server(2000);
