@@ -408,6 +408,8 @@ async fn agt_5_a_rejected_or_expired_action_is_reported_to_the_model_and_never_r
     let results = tool_results(&reqs[2].body);
     assert!(results[0].contains("rejected"), "{results:?}");
     assert!(results[1].contains("approval_expired"), "{results:?}");
+    // Rejected and expired calls still get their result, in order.
+    assert_eq!(server.violations(), Vec::<String>::new());
     assert!(h.fake.launches().is_empty(), "nothing ran");
     assert_eq!(
         h.actions(&r.id)
@@ -682,6 +684,8 @@ async fn agt_2_bad_model_output_is_answered_and_a_failing_provider_ends_the_run(
     assert!(results[1].contains("unknown tool"), "{results:?}");
     assert!(results[2].contains("may not contain `..`"), "{results:?}");
     assert!(results[3].contains("invalid arguments"), "{results:?}");
+    // Refused calls are answered in the provider's order too.
+    assert_eq!(server.violations(), Vec::<String>::new());
     // None became an action.
     assert_eq!(h.actions(&r.id).await.len(), 1, "only finish");
 
