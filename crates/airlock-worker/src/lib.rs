@@ -26,12 +26,13 @@ pub use bundle::{Bundle, MANIFEST_FILE, MAX_PROMPT_BYTES, load_bundle, load_work
 pub use command::CommandError;
 pub use error::{ManifestError, Problem};
 pub use manifest::{
-    AGENT_APPROVAL_TTL_S, APPROVAL_TTL_DEFAULT_S, APPROVAL_TTL_MAX_S, AgentSpec, AllowRule,
-    Approvals, Autonomy, BUDGET_TABLE, Budgets, COST_USD_RANGE, CPUS_RANGE, Egress, FieldType,
-    InputSpec, LIMIT_TABLE, Limits, MAX_ALLOW_RULES, MAX_CHANNELS, MAX_CHOICES, MAX_FIELDS,
-    MAX_FILE_BYTES, MAX_MANIFEST_BYTES, MAX_SECRETS, MAX_TRIGGERS, MAX_VALUE_BYTES, Manifest,
-    OutputSpec, RelPath, Runtime, SecretDelivery, Secrets, TOOL_OUTPUT_BYTES, Tool, Trigger,
-    TriggerKind, UNENFORCED, Unenforced, WebhookFormat, WorkerKind, is_profile_name,
+    AGENT_APPROVAL_TTL_S, APPROVAL_TTL_DEFAULT_S, APPROVAL_TTL_MAX_S, AgentRule, AgentSpec,
+    AllowRule, Approvals, Autonomy, BUDGET_TABLE, Budgets, COST_USD_RANGE, CPUS_RANGE, Egress,
+    FieldType, InputSpec, LIMIT_TABLE, Limits, MAX_AGENT_RULES, MAX_ALLOW_RULES, MAX_CHANNELS,
+    MAX_CHOICES, MAX_FIELDS, MAX_FILE_BYTES, MAX_MANIFEST_BYTES, MAX_SECRETS, MAX_TRIGGERS,
+    MAX_VALUE_BYTES, Manifest, OutputSpec, RelPath, RuleMatch, RuleVerdict, Runtime,
+    SecretDelivery, Secrets, TOOL_OUTPUT_BYTES, Tool, Trigger, TriggerKind, UNENFORCED, Unenforced,
+    WebhookFormat, WorkerKind, is_profile_name,
 };
 pub use names::{
     ChannelName, FieldName, NameError, PLATFORM_SECRET_NAMES, PLATFORM_SECRET_PREFIX, SecretName,

@@ -134,7 +134,46 @@ pub struct AgentSpec {
     /// The most bytes of one tool's output the model is shown (head and
     /// tail); the whole output is kept as an artifact.
     pub tool_output_bytes: u64,
+    /// The worker's policy rules (`[[agent.rules]]`), in file order: a
+    /// `deny` binds at every autonomy level, an `allow` lets an action
+    /// run without a person only under `auto-within-policy`, an `ask`
+    /// always asks.
+    pub rules: Vec<AgentRule>,
 }
+
+/// One `[[agent.rules]]` entry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AgentRule {
+    pub tool: Tool,
+    pub verdict: RuleVerdict,
+    pub matcher: RuleMatch,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RuleVerdict {
+    Allow,
+    Ask,
+    Deny,
+}
+
+/// What a rule matches, beside its tool.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RuleMatch {
+    /// Every call of the tool.
+    Any,
+    /// `run_command` whose argv (each segment of a shell `-c` script)
+    /// starts with these words.
+    ArgvPrefix(Vec<String>),
+    /// File tools under this relative folder.
+    PathPrefix(String),
+    /// `http_request` to this host with one of these methods.
+    Host { host: String, methods: Vec<String> },
+}
+
+/// At most this many `[[agent.rules]]`.
+pub const MAX_AGENT_RULES: usize = 64;
 
 /// An agent tool (AGT-3). Unknown tools are rejected (AGT-7).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -674,6 +713,19 @@ struct RawAgent {
     budgets: Option<RawBudgets>,
     approval_ttl_s: Option<i64>,
     tool_output_bytes: Option<i64>,
+    #[serde(default)]
+    rules: Vec<RawRule>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRule {
+    tool: Option<String>,
+    verdict: Option<String>,
+    argv_prefix: Option<Vec<String>>,
+    path_prefix: Option<String>,
+    host: Option<String>,
+    methods: Option<Vec<String>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -989,6 +1041,121 @@ fn parse(cx: &mut Cx, raw: RawManifest) -> Option<Manifest> {
     })
 }
 
+fn parse_rule(cx: &mut Cx, field: &str, r: RawRule) -> Option<AgentRule> {
+    let tool = cx
+        .required(r.tool, &format!("{field}.tool"))
+        .and_then(|t| cx.one_of(&format!("{field}.tool"), "tool", &t, Tool::ALL));
+    let verdict = cx
+        .required(r.verdict, &format!("{field}.verdict"))
+        .and_then(|v| {
+            cx.one_of(
+                &format!("{field}.verdict"),
+                "verdict",
+                &v,
+                &[
+                    ("allow", RuleVerdict::Allow),
+                    ("ask", RuleVerdict::Ask),
+                    ("deny", RuleVerdict::Deny),
+                ],
+            )
+        });
+    let (tool, verdict) = (tool?, verdict?);
+    let given = usize::from(r.argv_prefix.is_some())
+        + usize::from(r.path_prefix.is_some())
+        + usize::from(r.host.is_some());
+    if given > 1 {
+        cx.bad(field, "at most one of argv_prefix, path_prefix and host");
+        return None;
+    }
+    if r.methods.is_some() && r.host.is_none() {
+        cx.bad(format!("{field}.methods"), "goes with host");
+        return None;
+    }
+    let matcher = if let Some(prefix) = r.argv_prefix {
+        if tool != Tool::RunCommand {
+            cx.bad(format!("{field}.argv_prefix"), "is for run_command rules");
+            return None;
+        }
+        // An allow rule must be narrow (no interpreter, no -c/-e form);
+        // a deny or ask rule may name anything.
+        let check = if verdict == RuleVerdict::Allow {
+            airlock_agent::grant_rules::check_prefix(&prefix).map_err(|e| e.to_string())
+        } else if prefix.is_empty() || prefix.iter().any(String::is_empty) {
+            Err("must be one or more non-empty words".to_string())
+        } else {
+            Ok(())
+        };
+        if let Err(e) = check {
+            cx.bad(format!("{field}.argv_prefix"), e);
+            return None;
+        }
+        RuleMatch::ArgvPrefix(prefix)
+    } else if let Some(prefix) = r.path_prefix {
+        if !matches!(tool, Tool::ReadFile | Tool::WriteFile | Tool::ListFiles) {
+            cx.bad(
+                format!("{field}.path_prefix"),
+                "is for read_file, write_file and list_files rules",
+            );
+            return None;
+        }
+        let clean = !prefix.is_empty()
+            && !prefix.starts_with('/')
+            && prefix.len() <= 1024
+            && !prefix.chars().any(char::is_control)
+            && prefix.split('/').all(|c| c != ".." && c != ".");
+        if !clean {
+            cx.bad(
+                format!("{field}.path_prefix"),
+                "must be a relative folder without . or .. components",
+            );
+            return None;
+        }
+        RuleMatch::PathPrefix(prefix.trim_end_matches('/').to_string())
+    } else if let Some(host) = r.host {
+        if tool != Tool::HttpRequest {
+            cx.bad(format!("{field}.host"), "is for http_request rules");
+            return None;
+        }
+        let ok = !host.is_empty()
+            && host.len() <= 253
+            && host
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'.' || b == b'-');
+        if !ok {
+            cx.bad(
+                format!("{field}.host"),
+                "must be a host name in lower case (letters, digits, '.', '-')",
+            );
+            return None;
+        }
+        let methods = r
+            .methods
+            .unwrap_or_else(|| vec!["GET".into(), "HEAD".into()]);
+        if methods.is_empty()
+            || methods.iter().any(|m| {
+                !matches!(
+                    m.as_str(),
+                    "GET" | "HEAD" | "POST" | "PUT" | "PATCH" | "DELETE"
+                )
+            })
+        {
+            cx.bad(
+                format!("{field}.methods"),
+                "one or more of GET, HEAD, POST, PUT, PATCH, DELETE",
+            );
+            return None;
+        }
+        RuleMatch::Host { host, methods }
+    } else {
+        RuleMatch::Any
+    };
+    Some(AgentRule {
+        tool,
+        verdict,
+        matcher,
+    })
+}
+
 fn parse_agent(cx: &mut Cx, a: RawAgent) -> Option<AgentSpec> {
     let model = cx.required(a.model, "agent.model").and_then(|m| {
         if is_profile_name(&m) {
@@ -1061,7 +1228,17 @@ fn parse_agent(cx: &mut Cx, a: RawAgent) -> Option<AgentSpec> {
         None => Some(TOOL_OUTPUT_BYTES.0),
         Some(v) => cx.positive("agent.tool_output_bytes", v, TOOL_OUTPUT_BYTES.1),
     };
+    let mut rules = Vec::new();
+    if a.rules.len() > MAX_AGENT_RULES {
+        cx.bad("agent.rules", format!("at most {MAX_AGENT_RULES} rules"));
+    }
+    for (i, r) in a.rules.into_iter().take(MAX_AGENT_RULES).enumerate() {
+        if let Some(rule) = parse_rule(cx, &format!("agent.rules[{i}]"), r) {
+            rules.push(rule);
+        }
+    }
     Some(AgentSpec {
+        rules,
         model: model?,
         tools: tools?,
         autonomy: autonomy?,

@@ -534,10 +534,11 @@ impl Service {
     /// The policy's verdict as the journal records it.
     fn verdict(&self, agent: &Agent, state: &State, action: &Action) -> Verdict {
         let granted = |k: ActionKind| agent.granted.contains(&k);
+        let rules = super::setup::rules_of(&agent.spec.rules);
         let d = Policy {
             autonomy: agent.autonomy,
             granted: &granted,
-            rules: &[],
+            rules: &rules,
             tainted_by: &state.taint,
         }
         .decide(action);

@@ -76,6 +76,36 @@ fn kind_of(t: Tool) -> ActionKind {
     }
 }
 
+/// The manifest's `[[agent.rules]]` as the policy's rules (ids name the
+/// entry: `worker:<n>`).
+pub(crate) fn rules_of(rules: &[airlock_worker::AgentRule]) -> Vec<airlock_agent::Rule> {
+    use airlock_agent::Verdict;
+    use airlock_agent::policy::Matcher;
+    use airlock_worker::{RuleMatch, RuleVerdict};
+    rules
+        .iter()
+        .enumerate()
+        .map(|(i, r)| airlock_agent::Rule {
+            id: format!("worker:{i}"),
+            kind: kind_of(r.tool),
+            matcher: match &r.matcher {
+                RuleMatch::Any => Matcher::Any,
+                RuleMatch::ArgvPrefix(p) => Matcher::ArgvPrefix { prefix: p.clone() },
+                RuleMatch::PathPrefix(p) => Matcher::PathPrefix { prefix: p.clone() },
+                RuleMatch::Host { host, methods } => Matcher::Host {
+                    host: host.clone(),
+                    methods: methods.clone(),
+                },
+            },
+            verdict: match r.verdict {
+                RuleVerdict::Allow => Verdict::Allow,
+                RuleVerdict::Ask => Verdict::RequireApproval,
+                RuleVerdict::Deny => Verdict::Deny,
+            },
+        })
+        .collect()
+}
+
 pub(crate) fn autonomy_of(a: airlock_worker::Autonomy) -> airlock_agent::Autonomy {
     match a {
         airlock_worker::Autonomy::ReadOnly => airlock_agent::Autonomy::ReadOnly,

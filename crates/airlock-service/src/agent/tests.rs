@@ -288,6 +288,58 @@ async fn agt_2_a_provider_that_numbers_its_calls_per_turn_is_followed_not_failed
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agt_4_the_workers_rules_allow_deny_and_leave_the_rest_to_a_person() {
+    let manifest = agent(
+        &["run_command", "list_files", "finish"],
+        "auto-within-policy",
+        "\n[[agent.rules]]\ntool = \"run_command\"\nverdict = \"allow\"\nargv_prefix = [\"git\", \"status\"]\n\n[[agent.rules]]\ntool = \"list_files\"\nverdict = \"deny\"\n",
+    );
+    let h = Harness::new(&manifest, RecordingLauncher::succeeding()).await;
+    let server = ScriptedServer::start([
+        Step::calls(vec![call(
+            "a",
+            "run_command",
+            r#"{"argv": ["git", "status", "--short"]}"#,
+        )]),
+        Step::calls(vec![call("b", "list_files", "{}")]),
+        Step::calls(vec![call(
+            "c",
+            "run_command",
+            r#"{"argv": ["git", "push"]}"#,
+        )]),
+    ])
+    .await
+    .unwrap();
+    h.profile(&server, json!({})).await;
+    let r = h.run(json!({})).await;
+    // The push has no rule: it waits for a person.
+    assert_eq!(r.state, RunState::AwaitingApproval, "{r:?}");
+    let acts = h.actions(&r.id).await;
+    assert_eq!(
+        acts.iter()
+            .map(|a| (a.kind.as_str(), a.state))
+            .collect::<Vec<_>>(),
+        [
+            ("run_command", ActionState::Completed),
+            ("list_files", ActionState::Aborted),
+            ("run_command", ActionState::AwaitingApproval)
+        ]
+    );
+    let rules = |i: usize| acts[i].decision.as_ref().unwrap()["detail"]["rules"].clone();
+    assert_eq!(rules(0), json!(["worker:0"]));
+    assert_eq!(rules(1), json!(["worker:1"]));
+    assert_eq!(rules(2), json!([]));
+    // Only the allowed command started; the denial was told to the model.
+    assert_eq!(h.fake.launches().len(), 1);
+    assert!(
+        tool_results(&server.requests()[2].body)[1].contains("denied"),
+        "{:?}",
+        tool_results(&server.requests()[2].body)
+    );
+    assert_eq!(server.violations(), Vec::<String>::new());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn agt_4_a_write_waits_for_a_person_and_runs_exactly_what_was_approved() {
     let manifest = agent(&["write_file", "read_file", "finish"], "ask-writes", "");
     let h = Harness::new(&manifest, RecordingLauncher::succeeding()).await;
