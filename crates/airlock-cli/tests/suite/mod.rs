@@ -7,6 +7,7 @@ mod runs;
 mod sandbox_attacks;
 mod sandbox_cli;
 mod secrets;
+mod small_model;
 mod support;
 mod tidy;
 mod up;
