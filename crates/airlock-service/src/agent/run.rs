@@ -283,9 +283,41 @@ impl Service {
             if let Err(b) = agent.budgets.check(&state.spent, Next::ModelRequest) {
                 return Err(end(budget_code(b.budget), b.to_string()));
             }
-            let request = agent
-                .profile
-                .request(state.messages.clone(), agent.tools.clone());
+            // No tool call left in the budget: the model is told, and
+            // offered only the tools that conclude the run, so it can
+            // finish instead of being cut off at its next call (the
+            // budget still ends the run if it calls anything else).
+            let wind_down = agent.granted.contains(&ActionKind::Finish)
+                && matches!(
+                    agent.budgets.check(&state.spent, Next::ToolCall),
+                    Err(b) if b.budget == airlock_agent::Budget::ToolCalls
+                );
+            let tools = if wind_down {
+                if !state.wound_down {
+                    let text = "This run's tool-call budget is spent: no more commands, files or requests. Only `write_output` and `finish` remain. Call `finish` now with the outputs.";
+                    self.append(
+                        agent,
+                        "user",
+                        None,
+                        &json!({"text": text, "note": "tool_budget"}),
+                    )
+                    .await?;
+                    state.messages.push(airlock_model::Message::user(text));
+                    state.wound_down = true;
+                }
+                agent
+                    .tools
+                    .iter()
+                    .filter(|t| {
+                        t.name == ActionKind::Finish.name()
+                            || t.name == ActionKind::WriteOutput.name()
+                    })
+                    .cloned()
+                    .collect()
+            } else {
+                agent.tools.clone()
+            };
+            let request = agent.profile.request(state.messages.clone(), tools);
             if let Err(e) = request.validate() {
                 return Err(end(
                     RunErrorCode::Internal,

@@ -106,6 +106,65 @@ pub(crate) fn rules_of(rules: &[airlock_worker::AgentRule]) -> Vec<airlock_agent
         .collect()
 }
 
+/// A tool's argument schema as this worker's model sees it: `finish` and
+/// `write_output` name the worker's declared outputs and their types (so
+/// a model, or a server that holds output to the schema, cannot invent
+/// one); every other tool's schema is the same for all workers.
+pub(crate) fn parameters_for(k: ActionKind, m: &airlock_worker::Manifest) -> serde_json::Value {
+    use airlock_worker::FieldType;
+    use serde_json::{Map, Value, json};
+    if !matches!(k, ActionKind::Finish | ActionKind::WriteOutput)
+        || m.outputs
+            .values()
+            .any(|o| matches!(o.ty, FieldType::File { .. }))
+    {
+        return k.parameters();
+    }
+    let mut props = Map::new();
+    for (name, o) in &m.outputs {
+        let schema = match &o.ty {
+            FieldType::String {
+                choices,
+                max_length,
+            } => {
+                let mut s = json!({"type": "string"});
+                if !choices.is_empty() {
+                    s["enum"] = json!(choices);
+                }
+                if let Some(n) = max_length {
+                    s["maxLength"] = json!(n);
+                }
+                s
+            }
+            FieldType::Number { choices } if !choices.is_empty() => {
+                json!({"type": "number", "enum": choices})
+            }
+            FieldType::Number { .. } => json!({"type": "number"}),
+            FieldType::Boolean => json!({"type": "boolean"}),
+            FieldType::Json { .. } | FieldType::File { .. } => json!({}),
+        };
+        props.insert(name.as_str().to_string(), schema);
+    }
+    let names: Vec<Value> = props.keys().map(|n| json!(n)).collect();
+    match k {
+        ActionKind::WriteOutput if names.is_empty() => k.parameters(),
+        ActionKind::WriteOutput => json!({
+            "type": "object",
+            "properties": {"name": {"type": "string", "enum": names}, "value": {}},
+            "required": ["name", "value"],
+            "additionalProperties": false
+        }),
+        _ => json!({
+            "type": "object",
+            "properties": {
+                "outputs": {"type": "object", "properties": props, "additionalProperties": false},
+                "summary": {"type": "string"}
+            },
+            "additionalProperties": false
+        }),
+    }
+}
+
 pub(crate) fn autonomy_of(a: airlock_worker::Autonomy) -> airlock_agent::Autonomy {
     match a {
         airlock_worker::Autonomy::ReadOnly => airlock_agent::Autonomy::ReadOnly,
@@ -228,7 +287,7 @@ impl Service {
             .map(|k| ToolDefinition {
                 name: k.name().to_string(),
                 description: super::prompt::tool_description(*k, m),
-                parameters: k.parameters(),
+                parameters: parameters_for(*k, m),
             })
             .collect();
 

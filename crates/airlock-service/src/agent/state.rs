@@ -9,7 +9,7 @@
 //! | `prompt` | `{"messages": [Message]}`: the opening |
 //! | `response` | `{"response": ModelResponse, "cost_nano_usd": n \| null, "duration_ms": n}` |
 //! | `tool_result` | `{"call": id, "content", "is_error", "duration_ms", "egress_bytes", "taint", "action", "finish_refused"}`; its `call_id` column is `<response seq>:<call id>` |
-//! | `user` | `{"text": …}`: a reminder from the harness |
+//! | `user` | `{"text": …}`: a reminder from the harness; `{"text", "note": "tool_budget"}`: the tool-call budget is spent, only `finish` and `write_output` are offered from then on |
 //!
 //! Must not: contain SQL; decide anything.
 
@@ -73,6 +73,8 @@ pub(crate) struct State {
     pub(crate) reminders: u32,
     /// A reminder was added after the last response.
     pub(crate) reminded_since_last: bool,
+    /// The model was told the tool-call budget is spent (once).
+    pub(crate) wound_down: bool,
     /// Outputs set by completed `write_output` actions, in order.
     pub(crate) outputs: Map<String, Value>,
     /// The journal, by idempotency key.
@@ -149,8 +151,12 @@ impl State {
                         .get("text")
                         .and_then(Value::as_str)
                         .unwrap_or_default();
-                    s.reminders += 1;
-                    s.reminded_since_last = true;
+                    if item.body.get("note").and_then(Value::as_str) == Some("tool_budget") {
+                        s.wound_down = true;
+                    } else {
+                        s.reminders += 1;
+                        s.reminded_since_last = true;
+                    }
                     s.messages.push(Message::user(text));
                 }
                 other => {

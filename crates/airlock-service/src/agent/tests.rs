@@ -566,6 +566,53 @@ async fn agt_7_each_budget_ends_the_run_at_its_limit_with_its_code() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agt_7_a_spent_tool_budget_leaves_the_model_only_the_tools_that_finish() {
+    let manifest = agent(
+        &["list_files", "write_output", "finish"],
+        "read-only",
+        "[agent.budgets]\ntool_calls = 1\n\n[outputs.n]\ntype = \"number\"\n",
+    );
+    let h = Harness::new(&manifest, RecordingLauncher::succeeding()).await;
+    let server = ScriptedServer::start([
+        Step::calls(vec![call("1", "list_files", "{}")]),
+        Step::calls(vec![call("2", "finish", r#"{"outputs": {"n": 0}}"#)]),
+    ])
+    .await
+    .unwrap();
+    h.profile(&server, json!({})).await;
+    let r = h.run(json!({})).await;
+    assert_eq!(ended(&r), (RunState::Succeeded, None), "{r:?}");
+    let reqs = server.requests();
+    let offered = |i: usize| -> Vec<String> {
+        reqs[i].body["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["function"]["name"].as_str().unwrap().to_string())
+            .collect()
+    };
+    // Control: the first request offers every tool.
+    assert_eq!(offered(0), ["list_files", "write_output", "finish"]);
+    // Once the one call is spent: only what concludes, and the model is told.
+    assert_eq!(offered(1), ["write_output", "finish"]);
+    let last = reqs[1].body["messages"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert_eq!(last["role"], "user");
+    assert!(
+        last["content"]
+            .as_str()
+            .unwrap()
+            .contains("tool-call budget is spent"),
+        "{last}"
+    );
+    assert_eq!(server.violations(), Vec::<String>::new());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn agt_7_a_spent_budget_ends_the_run_before_anyone_is_asked_to_approve() {
     let manifest = agent(
         &["list_files", "write_file", "finish"],
