@@ -338,23 +338,8 @@ impl Store {
             .rows_affected();
             if inserted == 0 {
                 tx.rollback().await?;
-                let row = sqlx::query(
-                    "SELECT request_hash, run_id FROM idempotency_keys WHERE workspace_id = $1 AND actor = $2 AND key = $3",
-                )
-                .bind(&new.workspace_id)
-                .bind(&new.actor)
-                .bind(key)
-                .fetch_one(&self.pool)
-                .await?;
-                let existing_hash: String = row.try_get("request_hash")?;
-                if &existing_hash != request_hash {
-                    return Err(StoreError::IdempotencyConflict);
-                }
-                let run_id: String = row.try_get("run_id")?;
-                let run = self
-                    .get_run(&new.workspace_id, &run_id)
-                    .await?
-                    .ok_or(StoreError::NotFound)?;
+                let run = self.replayed_run(&new, key, request_hash).await?;
+                let run_id = run.id.clone();
                 let approval = self.run_approval(&new.workspace_id, &run_id).await?;
                 return Ok((
                     Created {

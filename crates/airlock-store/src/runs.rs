@@ -97,6 +97,33 @@ impl Store {
     /// Creates a queued run (API-8: an idempotency key with the same
     /// request returns the original; with a different one, a conflict;
     /// concurrent duplicates create exactly one run).
+    /// The run an idempotency key already created for `new`'s actor, when
+    /// `request_hash` is that request's; another request under the same
+    /// key is [`StoreError::IdempotencyConflict`].
+    pub(crate) async fn replayed_run(
+        &self,
+        new: &NewRun,
+        key: &str,
+        request_hash: &str,
+    ) -> Result<RunRecord> {
+        let row = sqlx::query(
+            "SELECT request_hash, run_id FROM idempotency_keys WHERE workspace_id = $1 AND actor = $2 AND key = $3",
+        )
+        .bind(&new.workspace_id)
+        .bind(&new.actor)
+        .bind(key)
+        .fetch_one(&self.pool)
+        .await?;
+        let existing_hash: String = row.try_get("request_hash")?;
+        if existing_hash != request_hash {
+            return Err(StoreError::IdempotencyConflict);
+        }
+        let run_id: String = row.try_get("run_id")?;
+        self.get_run(&new.workspace_id, &run_id)
+            .await?
+            .ok_or(StoreError::NotFound)
+    }
+
     pub async fn create_run(&self, new: NewRun) -> Result<Created> {
         let input_text =
             serde_json::to_string(&new.input).map_err(|e| StoreError::Db(e.to_string()))?;
@@ -137,23 +164,7 @@ impl Store {
             .rows_affected();
             if inserted == 0 {
                 tx.rollback().await?;
-                let row = sqlx::query(
-                    "SELECT request_hash, run_id FROM idempotency_keys WHERE workspace_id = $1 AND actor = $2 AND key = $3",
-                )
-                .bind(&new.workspace_id)
-                .bind(&new.actor)
-                .bind(key)
-                .fetch_one(&self.pool)
-                .await?;
-                let existing_hash: String = row.try_get("request_hash")?;
-                if &existing_hash != request_hash {
-                    return Err(StoreError::IdempotencyConflict);
-                }
-                let run_id: String = row.try_get("run_id")?;
-                let run = self
-                    .get_run(&new.workspace_id, &run_id)
-                    .await?
-                    .ok_or(StoreError::NotFound)?;
+                let run = self.replayed_run(&new, key, request_hash).await?;
                 return Ok(Created {
                     run,
                     created: false,
