@@ -20,6 +20,7 @@ mod emergency;
 mod health;
 mod identity;
 pub mod limits;
+pub mod mcp;
 pub mod metrics;
 mod models;
 pub mod openapi;
@@ -276,8 +277,26 @@ fn add_hand_routes(doc: &mut utoipa::openapi::OpenApi) {
 
 /// The router; tests call it without a socket.
 pub fn app(state: AppState) -> Router {
+    app_with_mcp(state, None)
+}
+
+/// The router with an MCP front end at `/mcp` (MCP-1): `mcp` (the
+/// streamable HTTP service, wrapped in a router) is reached only through
+/// [`mcp::envelope`] and [`mcp::gate`], inside the same limits and
+/// hardening as every other route.
+pub fn app_with_mcp(state: AppState, mcp: Option<Router>) -> Router {
     let hsts = state.http.secure_cookies;
-    let (router, _) = api_router().split_for_parts();
+    let (mut router, _) = api_router().split_for_parts();
+    if let Some(m) = mcp {
+        router = router.nest_service(
+            "/mcp",
+            m.layer(axum::middleware::from_fn_with_state(
+                state.clone(),
+                mcp::gate,
+            ))
+            .layer(axum::middleware::from_fn(mcp::envelope)),
+        );
+    }
     router
         .route(
             "/v1/runs/{id}/artifacts/{*name}",

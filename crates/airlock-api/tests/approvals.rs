@@ -237,7 +237,8 @@ async fn agt_5_another_workspaces_approver_gets_the_same_404_as_a_missing_one() 
             &mallory,
             "POST",
             "/v1/keys",
-            Some(json!({"name": "m"})),
+            // approvals.decide only when named (not in a key's default).
+            Some(json!({"name": "m", "scopes": ["approvals.decide", "runs.read"]})),
             Some(&evil),
         )
         .await;
@@ -444,4 +445,47 @@ async fn dur_2_a_runs_actions_are_listed_and_settled_in_its_workspace_only() {
         )
         .await;
     assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.body);
+}
+
+/// A key holds `approvals.decide` only when it is named, and even then
+/// never approves a run its own user started, whatever the workspace's
+/// settings: the credential an automation (an MCP host) starts runs with
+/// cannot wave their requests through. The session of the same user,
+/// with self-approval allowed, can: the positive control.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agt_5_a_key_decides_only_when_scoped_and_never_its_own_run() {
+    let h = harness().await;
+    let owner = h.bootstrap_owner().await;
+    let r = h
+        .call(
+            &owner,
+            "PUT",
+            "/v1/approval-settings",
+            Some(json!({"allow_self_approval": true})),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    let r = h
+        .call(&owner, "POST", "/v1/keys", Some(json!({"name": "plain"})))
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let scopes = r.body["api_key"]["scopes"].as_array().unwrap().clone();
+    assert!(!scopes.contains(&json!("approvals.decide")), "{scopes:?}");
+    assert!(scopes.contains(&json!("runs.create")), "{scopes:?}");
+    let plain = Cred::Key(r.body["key"].as_str().unwrap().to_string());
+    let (key, _) = h
+        .api_key(
+            &owner,
+            json!({"name": "scoped", "scopes": ["approvals.decide", "runs.read", "runs.create"]}),
+        )
+        .await;
+    let scoped = Cred::Key(key);
+    let (_, id) = gated_run(&h, &scoped).await;
+    let path = format!("/v1/approvals/{id}/approve");
+    let r = h.call(&plain, "POST", &path, Some(json!({}))).await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN, "{}", r.body);
+    let r = h.call(&scoped, "POST", &path, Some(json!({}))).await;
+    assert_eq!(r.body["error"]["code"], "self_approval", "{}", r.body);
+    let r = h.call(&owner, "POST", &path, Some(json!({}))).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
 }

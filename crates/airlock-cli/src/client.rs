@@ -182,7 +182,7 @@ where
 
 /// Sends one request and returns the response with its body still
 /// streaming.
-async fn send(
+pub(crate) async fn send(
     server: &str,
     method: &str,
     path: &str,
@@ -358,22 +358,22 @@ impl Remote {
 
 /// One server-sent event.
 #[derive(Debug, Default, PartialEq)]
-struct SseEvent {
-    id: Option<String>,
-    kind: String,
-    data: String,
+pub(crate) struct SseEvent {
+    pub id: Option<String>,
+    pub kind: String,
+    pub data: String,
 }
 
 /// An incremental `text/event-stream` parser (lines, comments, `id`,
 /// `event`, multi-line `data`).
 #[derive(Debug, Default)]
-struct SseParser {
+pub(crate) struct SseParser {
     buf: Vec<u8>,
     cur: SseEvent,
 }
 
 impl SseParser {
-    fn push(&mut self, chunk: &[u8]) -> Vec<SseEvent> {
+    pub(crate) fn push(&mut self, chunk: &[u8]) -> Vec<SseEvent> {
         self.buf.extend_from_slice(chunk);
         let mut out = Vec::new();
         while let Some(nl) = self.buf.iter().position(|&b| b == b'\n') {

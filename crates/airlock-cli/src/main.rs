@@ -9,6 +9,7 @@ mod client;
 mod common;
 mod door;
 mod login_cmd;
+mod mcp_cmd;
 mod models_cmd;
 mod proxy_cmd;
 mod runs_cmd;
@@ -120,6 +121,12 @@ enum Command {
         #[command(subcommand)]
         command: secrets_cmd::KeysCommand,
     },
+    /// MCP for local hosts: a stdio relay to a server's `/mcp`, and the
+    /// configuration snippet for each host.
+    Mcp {
+        #[command(subcommand)]
+        command: mcp_cmd::McpCommand,
+    },
     /// Sign in to a server and store an API key for `--remote` commands.
     Login(login_cmd::LoginArgs),
     /// Revoke the stored API key and forget it.
@@ -174,6 +181,7 @@ fn main() -> ExitCode {
         Command::Models { command } => models_cmd::models(&cli.paths, &command),
         Command::Secrets { command } => secrets_cmd::secrets(&cli.paths, &command),
         Command::Keys { command } => secrets_cmd::keys(&cli.paths, &command),
+        Command::Mcp { command } => mcp_cmd::mcp(&command),
         Command::Login(a) => login_cmd::login(&a),
         Command::Logout => login_cmd::logout(),
         Command::Admin { command } => login_cmd::admin(&cli.paths, &command),

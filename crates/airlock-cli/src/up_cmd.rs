@@ -63,6 +63,19 @@ pub struct UpArgs {
     /// Sustained writes per second per API key or session (burst: 4×).
     #[arg(long, env = "AIRLOCK_RATE_WRITES_PER_S", default_value_t = 30)]
     rate_writes_per_s: u32,
+    /// Do not serve MCP at `/mcp`.
+    #[arg(long, env = "AIRLOCK_NO_MCP")]
+    no_mcp: bool,
+    /// Comma-separated `Host` values `/mcp` answers (`name` or
+    /// `name:port`), against DNS rebinding. Default: localhost, 127.0.0.1,
+    /// ::1 and the listen address.
+    #[arg(long, env = "AIRLOCK_MCP_ALLOWED_HOSTS", value_delimiter = ',')]
+    mcp_allowed_hosts: Vec<String>,
+    /// Comma-separated browser origins (`https://host:port`) `/mcp`
+    /// answers. Default: none (a request carrying any `Origin` gets 403;
+    /// MCP hosts send none).
+    #[arg(long, env = "AIRLOCK_MCP_ALLOWED_ORIGINS", value_delimiter = ',')]
+    mcp_allowed_origins: Vec<String>,
 }
 
 pub fn up(paths: &Paths, a: &UpArgs) -> ExitCode {
@@ -112,7 +125,21 @@ pub fn up(paths: &Paths, a: &UpArgs) -> ExitCode {
             Ok(s) => s,
             Err(e) => return err(e),
         };
-        serve(svc, addr, a.metrics_listen, http, limits).await
+        let mcp = (!a.no_mcp).then(|| {
+            let mut hosts = a.mcp_allowed_hosts.clone();
+            if hosts.is_empty() {
+                hosts = vec!["localhost".into(), "127.0.0.1".into(), "::1".into()];
+                if !addr.ip().is_unspecified() {
+                    hosts.push(addr.ip().to_string());
+                }
+            }
+            airlock_mcp::HttpOptions {
+                allowed_hosts: hosts,
+                allowed_origins: a.mcp_allowed_origins.clone(),
+                shutdown: airlock_mcp::CancellationToken::new(),
+            }
+        });
+        serve(svc, addr, a.metrics_listen, http, limits, mcp).await
     })
 }
 
@@ -122,6 +149,7 @@ async fn serve(
     metrics_listen: Option<std::net::SocketAddr>,
     http: airlock_api::auth::HttpConfig,
     limits: LimitConfig,
+    mcp: Option<airlock_mcp::HttpOptions>,
 ) -> ExitCode {
     for (path, e) in svc.worker_errors() {
         eprintln!("airlock: skipped worker {}: {e}", path.display());
@@ -195,15 +223,23 @@ async fn serve(
         });
     }
     // One access-log line per request on stderr, with its request id.
-    let app = airlock_api::app(state)
+    // MCP (MCP-1): open streams (a get_run waiting) end when the server
+    // stops, so a graceful shutdown does not wait for them.
+    let mcp_stop = mcp.as_ref().map(|m| m.shutdown.clone());
+    let mcp_router = mcp
+        .map(|m| axum::Router::new().fallback_service(airlock_mcp::http_service(svc.clone(), m)));
+    let app = airlock_api::app_with_mcp(state, mcp_router)
         .layer(axum::middleware::from_fn(access_log))
         .into_make_service_with_connect_info::<std::net::SocketAddr>();
-    let shutdown = async {
+    let shutdown = async move {
         let mut term =
             tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
         tokio::select! {
             _ = tokio::signal::ctrl_c() => {}
             _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending::<()>().await } } => {}
+        }
+        if let Some(t) = mcp_stop {
+            t.cancel();
         }
     };
     let served = axum::serve(listener, app)

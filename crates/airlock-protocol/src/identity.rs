@@ -192,7 +192,8 @@ pub struct PasswordReset {
 pub struct CreateKey {
     #[schema(min_length = 1, max_length = 64)]
     pub name: String,
-    /// Permissions (at most the creator's); default: all of the creator's.
+    /// Permissions (at most the creator's); default: all of the creator's
+    /// but `approvals.decide`, which a key holds only when named here.
     #[serde(default)]
     #[schema(value_type = Option<Vec<PermissionName>>)]
     pub scopes: Option<Vec<String>>,

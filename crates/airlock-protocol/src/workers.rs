@@ -33,6 +33,10 @@ pub struct WorkerList {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct WorkerDetail {
     pub worker: Worker,
+    /// The declared inputs as a JSON Schema object (what `input` of a run
+    /// may hold; file inputs cannot be given inline and are left out).
+    #[schema(value_type = Object)]
+    pub input_schema: Value,
 }
 
 /// Body of `POST /v1/workers/validate`.

@@ -14,7 +14,10 @@
 //!    harness.
 //! 3. Nobody approves their own request or a request of a run they started
 //!    (`requested_by` or `run_actor` is the caller) unless the workspace's
-//!    settings allow self-approval. Rejecting is always allowed: it stops
+//!    settings allow self-approval, and never with an API key: a key is
+//!    what an automation or an MCP client holds, so the credential that
+//!    started a run (an agent host's key) can never also wave its requests
+//!    through. Rejecting is always allowed: it stops
 //!    something, it starts nothing.
 //! 4. An `argv_prefix` grant also needs `policy.manage`, must pass the
 //!    rule checks of [`airlock_agent::grant_rules`] and must cover the request it
@@ -34,7 +37,7 @@ use airlock_protocol::approvals::{
 use airlock_protocol::{Error, ErrorCode, MAX_PAGE};
 use airlock_store::{ApprovalRefusal, Decision};
 
-use crate::caller::Caller;
+use crate::caller::{Caller, Via};
 use crate::error::{Result, StoreResultExt};
 use crate::service::Service;
 
@@ -165,6 +168,12 @@ impl Service {
             ));
         }
         if c.actor_id() == a.requested_by || c.actor_id() == a.run_actor {
+            if matches!(c.principal().map(|p| &p.via), Some(Via::ApiKey { .. })) {
+                return Err(Error::new(
+                    ErrorCode::SelfApproval,
+                    "an API key never approves a request of a run its user started (or asked for), whatever the workspace's settings: another member decides, or you do from a signed-in session",
+                ));
+            }
             let settings = self.store.approval_settings(&c.workspace).await.svc()?;
             if !settings.allow_self_approval {
                 return Err(Error::new(

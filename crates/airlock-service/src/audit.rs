@@ -57,6 +57,37 @@ impl Service {
         self.store.audit(workspace, rec).await.svc()
     }
 
+    /// Records one call of a front end that has no other record of its
+    /// own (an MCP tool call): which operation, and its outcome (`ok` or
+    /// the error code). The operation's own effects are audited where
+    /// they happen; this says who asked, through what.
+    pub async fn audit_front_end_call(
+        &self,
+        c: &Caller,
+        front_end: &str,
+        operation: &str,
+        outcome: std::result::Result<(), &Error>,
+    ) -> Result<()> {
+        let result = match outcome {
+            Ok(()) => "ok".to_string(),
+            Err(e) => e.code.as_str().to_string(),
+        };
+        self.audit(
+            &c.workspace,
+            AuditRecord::system(&format!("{front_end}.call"), None)
+                .with_actor(c.audit_actor())
+                .with_result(&result)
+                .with_metadata(serde_json::json!({
+                    "operation": operation,
+                    "api_key": match c.principal().map(|p| &p.via) {
+                        Some(crate::caller::Via::ApiKey { id, .. }) => Some(id.as_str()),
+                        _ => None,
+                    },
+                })),
+        )
+        .await
+    }
+
     /// A page of the caller's workspace's audit events, in sequence order.
     pub async fn list_audit(&self, c: &Caller, q: &ListAudit) -> Result<AuditPage> {
         c.require(Permission::AuditRead)?;

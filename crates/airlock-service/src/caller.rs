@@ -195,3 +195,40 @@ impl Caller {
         }
     }
 }
+
+/// What a front end may offer a caller, by name: which of these a caller
+/// may do is decided here, once, so a front end that shows only what its
+/// user may use (MCP's tool list, the web UI's buttons) holds no rule.
+/// The operation itself checks again when it is called.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Operation {
+    ReadWorkers,
+    StartRuns,
+    ReadRuns,
+    CancelRuns,
+    DecideApprovals,
+    ListSecrets,
+    ReadAudit,
+}
+
+impl Operation {
+    fn permission(self) -> Permission {
+        match self {
+            Self::ReadWorkers => Permission::WorkersRead,
+            Self::StartRuns => Permission::RunsCreate,
+            Self::ReadRuns => Permission::RunsRead,
+            Self::CancelRuns => Permission::RunsCancel,
+            Self::DecideApprovals => Permission::ApprovalsDecide,
+            Self::ListSecrets => Permission::SecretsList,
+            Self::ReadAudit => Permission::AuditRead,
+        }
+    }
+}
+
+impl Caller {
+    /// Whether the caller may do `op` here (its permission, narrowed by
+    /// a key's scopes).
+    pub fn may(&self, op: Operation) -> bool {
+        self.perms.contains(&op.permission())
+    }
+}

@@ -48,7 +48,7 @@ pub use airlock_store::RunErrorCode;
 pub use airlock_store::{ActionEnd, CANCEL_BY_EMERGENCY_STOP};
 pub use audit::{AuditLog, SYSTEM_AUDIT, verify_lines};
 pub use auth::Authenticated;
-pub use caller::{Actor, Caller, ClientInfo, Credential, OPERATOR, Principal, Via};
+pub use caller::{Actor, Caller, ClientInfo, Credential, OPERATOR, Operation, Principal, Via};
 pub use config::{Config, IdentityConfig, Quotas};
 pub use error::Result;
 pub use events::{EventFollower, Followed, MAX_LOG_BYTES};

@@ -64,7 +64,10 @@ impl Service {
         let b = self
             .worker_in(&c.workspace, id)
             .ok_or_else(Error::not_found)?;
-        Ok(WorkerDetail { worker: view(&b) })
+        Ok(WorkerDetail {
+            worker: view(&b),
+            input_schema: b.manifest.input_schema(),
+        })
     }
 
     /// Checks a `worker.toml` without loading it: every problem, by field.

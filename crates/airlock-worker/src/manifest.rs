@@ -602,6 +602,87 @@ impl Trigger {
 }
 
 impl Manifest {
+    /// The declared inputs as a JSON Schema (2020-12) object: what a client
+    /// (an MCP host, a generated form) may send as a run's `input`. The
+    /// run is still checked by [`Manifest::check_input`] on
+    /// the server; this only describes it. File inputs cannot be given
+    /// inline, so they are left out of `properties` and named in the
+    /// description.
+    pub fn input_schema(&self) -> serde_json::Value {
+        use serde_json::{Map, Value, json};
+        let mut properties = Map::new();
+        let mut required = Vec::new();
+        let mut files = Vec::new();
+        for (name, spec) in &self.inputs {
+            let mut field = match &spec.ty {
+                FieldType::String {
+                    choices,
+                    max_length,
+                } => {
+                    let mut f = json!({"type": "string"});
+                    if !choices.is_empty() {
+                        f["enum"] = json!(choices);
+                    }
+                    if let Some(m) = max_length {
+                        f["maxLength"] = json!(m);
+                    }
+                    f
+                }
+                FieldType::Number { choices } => {
+                    let mut f = json!({"type": "number"});
+                    if !choices.is_empty() {
+                        f["enum"] = json!(choices);
+                    }
+                    f
+                }
+                FieldType::Boolean => json!({"type": "boolean"}),
+                FieldType::Json { max_bytes } => {
+                    let mut f = json!({});
+                    if let Some(m) = max_bytes {
+                        f["description"] =
+                            json!(format!("any JSON value, at most {m} bytes as compact JSON"));
+                    }
+                    f
+                }
+                FieldType::File { .. } => {
+                    files.push(name.as_str().to_string());
+                    continue;
+                }
+            };
+            if let Value::Object(o) = &mut field {
+                if !spec.description.is_empty() {
+                    let d = match o.get("description").and_then(Value::as_str) {
+                        Some(extra) => format!("{} ({extra})", spec.description),
+                        None => spec.description.clone(),
+                    };
+                    o.insert("description".into(), Value::String(d));
+                }
+                if let Some(d) = &spec.default {
+                    o.insert("default".into(), d.clone());
+                }
+            }
+            if spec.required && spec.default.is_none() {
+                required.push(name.as_str().to_string());
+            }
+            properties.insert(name.as_str().to_string(), field);
+        }
+        let mut schema = json!({
+            "type": "object",
+            "properties": properties,
+            "required": required,
+            "additionalProperties": false,
+        });
+        if !files.is_empty() {
+            schema["description"] = json!(format!(
+                "file inputs ({}) cannot be given inline",
+                files.join(", ")
+            ));
+        }
+        schema
+    }
+}
+
+impl Manifest {
     /// Whether a run may come from `kind`: the trigger list is complete,
     /// so a worker with only a webhook cannot be started by hand.
     pub fn declares_trigger(&self, kind: TriggerKind) -> bool {

@@ -409,6 +409,9 @@ pub(crate) struct Server {
 /// API key for the tests' requests.
 pub(crate) const OWNER_PASSWORD: &str = "correct horse battery staple";
 
+/// Every permission, as `POST /v1/keys` names them.
+pub(crate) const ALL_SCOPES: &str = r#"["workspace.manage", "workspace.delete", "members.manage", "workers.read", "workers.write", "agents.manage", "runs.create", "runs.cancel", "runs.read", "approvals.decide", "policy.manage", "secrets.write", "secrets.list", "audit.read", "audit.export", "emergency.stop", "emergency.resume", "keys.own"]"#;
+
 fn bootstrap_owner(s: &Server, env: &Env) -> String {
     let token = std::fs::read_to_string(env.data.join("keys/bootstrap.token")).unwrap();
     let (c, v) = s.json(
@@ -423,10 +426,12 @@ fn bootstrap_owner(s: &Server, env: &Env) -> String {
     assert_eq!(c, 201, "{v}");
     let (c, cookie, csrf) = s.login("owner", OWNER_PASSWORD);
     assert_eq!(c, 201);
+    // Every permission of the owner, `approvals.decide` included (a key
+    // gets that one only when asked for by name).
     let (c, v) = s.json(
         "POST",
         "/v1/keys",
-        Some(r#"{"name": "tests"}"#),
+        Some(&format!(r#"{{"name": "tests", "scopes": {ALL_SCOPES}}}"#)),
         &[("cookie", &cookie), ("x-csrf-token", &csrf)],
     );
     assert_eq!(c, 201, "{v}");
@@ -552,8 +557,13 @@ impl Server {
             return (0, String::new());
         };
         let body = body.unwrap_or("");
+        let host = if headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("host")) {
+            ""
+        } else {
+            "Host: x\r\n"
+        };
         let mut req = format!(
-            "{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: {}\r\n",
+            "{method} {path} HTTP/1.1\r\n{host}Connection: close\r\nContent-Length: {}\r\n",
             body.len()
         );
         if !body.is_empty() {

@@ -74,7 +74,7 @@ struct Rule {
 }
 
 /// Every front end: what parses a request and shapes an answer.
-const FRONT_ENDS: &[&str] = &["airlock-api", "airlock-cli"];
+const FRONT_ENDS: &[&str] = &["airlock-api", "airlock-cli", "airlock-mcp"];
 
 const RULES: &[Rule] = &[
     Rule {

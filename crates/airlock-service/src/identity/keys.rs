@@ -40,7 +40,15 @@ impl Service {
         c.require_session()?;
         let name = printable_name(&b.name, 64, "name")?;
         let scopes: BTreeSet<Permission> = match &b.scopes {
-            None => c.perms.clone(),
+            // `approvals.decide` only when asked for by name: a key is
+            // usually an automation's (a script, an MCP host), and a
+            // decision should be a person's deliberate grant.
+            None => c
+                .perms
+                .iter()
+                .copied()
+                .filter(|p| *p != Permission::ApprovalsDecide)
+                .collect(),
             Some(list) => {
                 let mut set = BTreeSet::new();
                 for s in list {
