@@ -26,19 +26,19 @@ use clap::{Parser, Subcommand};
 /// Run AI agents and automation scripts on your own machines: the agent can
 /// use the model, but it cannot have the key.
 ///
-/// airlock runs worker scripts, and any command given to `airlock sandbox
-/// exec`, in a Linux sandbox with no network and no credential of its own.
-/// Its only way out is a proxy made for that run, which reaches only the
-/// hosts you allow and adds your API keys on the trusted side, so the code
-/// never holds them. Runs are queued and survive crashes, and every state
-/// change is written to a tamper-evident audit log. A worker can require a
-/// person's approval of exactly what it will run, and `airlock stop` halts
-/// everything of a workspace at once. (Agent workers load but do not run
-/// yet.)
+/// airlock runs worker scripts, the commands of AI agents, and any command
+/// given to `airlock sandbox exec`, in a Linux sandbox with no network and
+/// no credential of its own. Its only way out is a proxy made for that run,
+/// which reaches only the hosts you allow and adds your API keys on the
+/// trusted side, so the code never holds them. An agent acts only through
+/// typed tool calls that pass a policy and, when risky, a person's approval
+/// of exactly that call. Runs are queued and survive crashes, and every
+/// state change is written to a tamper-evident audit log; `airlock stop`
+/// halts everything of a workspace at once.
 ///
-/// Start with `airlock up` (the HTTP API, queue and executor on
-/// 127.0.0.1:8000, the workers in ./workers), then `airlock run WORKER`; or
-/// run one command contained with `airlock sandbox exec -- CMD`.
+/// Start with `airlock up` (the HTTP API, MCP at /mcp, queue and executor
+/// on 127.0.0.1:8000, the workers in ./workers), then `airlock run WORKER`;
+/// or run one command contained with `airlock sandbox exec -- CMD`.
 // The doc comment above is the help text (first paragraph for `-h`, all of
 // it for `--help`); the crate's `description` must not replace it.
 #[derive(Debug, Parser)]

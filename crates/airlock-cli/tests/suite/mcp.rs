@@ -576,3 +576,56 @@ fn mcp_1_the_stdio_relay_answers_garbage_with_errors() {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// `airlock mcp config` prints, for each host, a snippet that names the
+/// relay (or the URL) and a placeholder key, never a real one.
+#[test]
+fn mcp_1_config_prints_each_hosts_snippet() {
+    for (client, must) in [
+        ("claude-desktop", "\"mcpServers\""),
+        ("cursor", "http://127.0.0.1:9/mcp"),
+        ("claude-code", "claude mcp add"),
+        ("codex", "[mcp_servers.airlock]"),
+    ] {
+        let out = Command::new(airlock_bin())
+            .args([
+                "mcp",
+                "config",
+                "--client",
+                client,
+                "--server",
+                "http://127.0.0.1:9",
+            ])
+            .env("HOME", "/nonexistent")
+            .env_remove("AIRLOCK_API_KEY")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{client}");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains(must), "{client}: {text}");
+        assert!(text.contains("alk_…"), "{client}: {text}");
+        if client != "cursor" {
+            assert!(
+                text.contains("mcp") && text.contains("stdio"),
+                "{client}: {text}"
+            );
+        }
+    }
+    // The JSON ones parse once their comment line is dropped.
+    for client in ["claude-desktop", "cursor"] {
+        let out = Command::new(airlock_bin())
+            .args([
+                "mcp",
+                "config",
+                "--client",
+                client,
+                "--server",
+                "http://127.0.0.1:9",
+            ])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        let json: String = text.lines().skip(1).collect::<Vec<_>>().join("\n");
+        serde_json::from_str::<Value>(&json).unwrap_or_else(|e| panic!("{client}: {e}: {json}"));
+    }
+}
