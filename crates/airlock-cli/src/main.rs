@@ -7,6 +7,7 @@ mod approvals_cmd;
 mod audit_cmd;
 mod client;
 mod common;
+mod doctor_cmd;
 mod door;
 mod login_cmd;
 mod mcp_cmd;
@@ -121,6 +122,21 @@ enum Command {
         #[command(subcommand)]
         command: secrets_cmd::KeysCommand,
     },
+    /// Print a shell completion script (bash, zsh, fish, elvish,
+    /// powershell), generated from the command definitions.
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff), or write one page per command into DIR.
+    Man {
+        /// Write airlock.1 and airlock-COMMAND.1 … here instead.
+        #[arg(long)]
+        out: Option<std::path::PathBuf>,
+    },
+    /// Check this host and data directory; say what to fix (exit 1 when
+    /// the default containment level cannot be reached).
+    Doctor(doctor_cmd::DoctorArgs),
     /// MCP for local hosts: a stdio relay to a server's `/mcp`, and the
     /// configuration snippet for each host.
     Mcp {
@@ -181,11 +197,60 @@ fn main() -> ExitCode {
         Command::Models { command } => models_cmd::models(&cli.paths, &command),
         Command::Secrets { command } => secrets_cmd::secrets(&cli.paths, &command),
         Command::Keys { command } => secrets_cmd::keys(&cli.paths, &command),
+        Command::Completions { shell } => {
+            // Into a buffer first: the generator panics on a failed write
+            // (a closed pipe); this answers it with an error instead.
+            let mut cmd = <Cli as clap::CommandFactory>::command();
+            let mut buf = Vec::new();
+            clap_complete::generate(shell, &mut cmd, "airlock", &mut buf);
+            use std::io::Write;
+            match std::io::stdout().write_all(&buf) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => common::err(e),
+            }
+        }
+        Command::Man { out } => man(out.as_deref()),
+        Command::Doctor(a) => doctor_cmd::doctor(&cli.paths, &a),
         Command::Mcp { command } => mcp_cmd::mcp(&command),
         Command::Login(a) => login_cmd::login(&a),
         Command::Logout => login_cmd::logout(),
         Command::Admin { command } => login_cmd::admin(&cli.paths, &command),
     }
+}
+
+/// The man page of `airlock` (and, with a folder, of every command), from
+/// the same definitions clap parses with.
+fn man(out: Option<&std::path::Path>) -> ExitCode {
+    let cmd = <Cli as clap::CommandFactory>::command();
+    let Some(dir) = out else {
+        let mut buf = Vec::new();
+        if let Err(e) = clap_mangen::Man::new(cmd).render(&mut buf) {
+            return common::err(e);
+        }
+        use std::io::Write;
+        return match std::io::stdout().write_all(&buf) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => common::err(e),
+        };
+    };
+    if let Err(e) = std::fs::create_dir_all(dir) {
+        return common::err(format!("{}: {e}", dir.display()));
+    }
+    let mut pages = vec![("airlock".to_string(), cmd.clone())];
+    for sub in cmd.get_subcommands() {
+        pages.push((format!("airlock-{}", sub.get_name()), sub.clone()));
+    }
+    for (name, page) in pages {
+        let path = dir.join(format!("{name}.1"));
+        let mut buf = Vec::new();
+        if let Err(e) = clap_mangen::Man::new(page).title(name).render(&mut buf) {
+            return common::err(e);
+        }
+        if let Err(e) = std::fs::write(&path, buf) {
+            return common::err(format!("{}: {e}", path.display()));
+        }
+    }
+    ExitCode::SUCCESS
 }
 
 #[cfg(test)]

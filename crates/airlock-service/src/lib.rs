@@ -57,7 +57,7 @@ pub use journal::{Decided, DispatchTicket, Verdict};
 pub use runs::{RunOptions, RunStarted};
 pub use scheduler::*;
 pub use secret_ops::Rewrapped;
-pub use service::{Service, Workers};
+pub use service::{DatabaseReport, Service, Workers, inspect_database};
 pub use uploads::*;
 pub use webhooks::*;
 pub use workers::MAX_MANIFEST_CHARS;

@@ -84,6 +84,32 @@ pub(crate) fn sha256_file(p: &Path) -> Option<String> {
     Some(airlock_store::sha256_hex(&bytes))
 }
 
+/// The database at `url` as `airlock doctor` sees it, read without
+/// creating, migrating or writing anything: whether it is reachable, the
+/// schema version applied and the one this build knows.
+pub async fn inspect_database(url: &str) -> Result<DatabaseReport> {
+    let state = airlock_store::Store::inspect(url).await.map_err(|e| {
+        airlock_protocol::Error::new(airlock_protocol::ErrorCode::Internal, e.to_string())
+    })?;
+    Ok(DatabaseReport {
+        exists: !matches!(state, airlock_store::DatabaseState::Absent),
+        schema_version: match state {
+            airlock_store::DatabaseState::Absent => 0,
+            airlock_store::DatabaseState::Reachable { schema_version } => schema_version,
+        },
+        known_version: airlock_store::SCHEMA_VERSION,
+    })
+}
+
+/// What [`inspect_database`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DatabaseReport {
+    /// False for a SQLite file not created yet.
+    pub exists: bool,
+    pub schema_version: i64,
+    pub known_version: i64,
+}
+
 impl Service {
     /// Opens the database at `url` (`sqlite://…` or `postgres://…`,
     /// migrating it) and the service over it.

@@ -160,7 +160,49 @@ const POSTGRES_MIGRATIONS: &[(i64, &str)] = &[
 /// The newest schema version this build knows.
 pub const SCHEMA_VERSION: i64 = 6;
 
+/// What [`Store::inspect`] found, without writing anything.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DatabaseState {
+    /// A SQLite file that does not exist yet (created on first start).
+    Absent,
+    /// Reachable; the newest schema version applied (0: none yet).
+    Reachable { schema_version: i64 },
+}
+
 impl Store {
+    /// Connects to `url` without creating, migrating or writing (a SQLite
+    /// file is opened read-only) and reads the newest applied schema
+    /// version: what `airlock doctor` reports.
+    pub async fn inspect(url: &str) -> Result<DatabaseState> {
+        sqlx::any::install_default_drivers();
+        let url = if let Some(path) = url.strip_prefix("sqlite://") {
+            let file = path.split('?').next().unwrap_or(path);
+            if !std::path::Path::new(file).exists() {
+                return Ok(DatabaseState::Absent);
+            }
+            format!("sqlite://{file}?mode=ro")
+        } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            url.to_string()
+        } else {
+            return Err(StoreError::BadUrl);
+        };
+        let pool = AnyPoolOptions::new()
+            .max_connections(1)
+            .acquire_timeout(Duration::from_secs(5))
+            .connect(&url)
+            .await?;
+        // No migrations table yet (a fresh PostgreSQL database) reads as 0.
+        let version =
+            sqlx::query_scalar::<_, i64>("SELECT COALESCE(MAX(version), 0) FROM schema_migrations")
+                .fetch_one(&pool)
+                .await
+                .unwrap_or(0);
+        pool.close().await;
+        Ok(DatabaseState::Reachable {
+            schema_version: version,
+        })
+    }
+
     /// Opens (creating when needed) and migrates. `sqlite://PATH` or
     /// `postgres://…`.
     pub async fn open(url: &str) -> Result<Self> {

@@ -169,3 +169,118 @@ fn every_cited_requirement_id_is_defined_in_docs_requirements() {
         "entries without a Status line: {without_status:?}"
     );
 }
+
+/// `airlock doctor` on this host: the real sandbox reaches the default
+/// level and every check is reported; with user namespaces made
+/// unavailable (a user namespace of our own whose limit is 0), it fails
+/// with exit 1 and names the sysctl to change — the positive control that
+/// the check can fail.
+#[test]
+fn cli_1_doctor_checks_the_host_and_names_the_fix() {
+    use crate::suite::support::{Who, require_root, workdir};
+    let dir = workdir(Who::Invoker);
+    let data = dir.path().join("data");
+    let out = Command::new(airlock_bin())
+        .args(["--data-dir", data.to_str().unwrap(), "doctor", "--json"])
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)));
+    let checks = v["checks"].as_array().unwrap();
+    let by = |n: &str| checks.iter().find(|c| c["name"] == n).cloned();
+    assert_eq!(
+        by("containment").map(|c| c["status"].clone()),
+        Some(serde_json::json!("ok")),
+        "{v}"
+    );
+    for name in [
+        "user_namespaces",
+        "data_directory",
+        "key_directory",
+        "database",
+        "clock",
+        "container",
+    ] {
+        assert!(by(name).is_some(), "no {name} check: {v}");
+    }
+    assert_eq!(v["ok"], true, "{v}");
+    assert_eq!(out.status.code(), Some(0));
+    // Human form: one line per check.
+    let out = Command::new(airlock_bin())
+        .args(["--data-dir", data.to_str().unwrap(), "doctor"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("ok   containment: level namespaces"),
+        "{text}"
+    );
+
+    if !require_root("a user namespace whose limit the test sets") {
+        return;
+    }
+    let script = format!(
+        "echo 0 > /proc/sys/user/max_user_namespaces && exec {} --data-dir {} doctor",
+        airlock_bin().display(),
+        data.display()
+    );
+    let out = Command::new("unshare")
+        .args(["-U", "--map-root-user", "sh", "-c", &script])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(text.contains("FAIL user_namespaces"), "{text}");
+    assert!(
+        text.contains("sysctl -w user.max_user_namespaces="),
+        "{text}"
+    );
+    assert!(text.contains("fix the FAIL lines first"), "{text}");
+}
+
+/// Shell completions and the man pages come from the command definitions:
+/// every top-level command is in them.
+#[test]
+fn cli_1_completions_and_man_pages_name_every_command() {
+    let help = Command::new(airlock_bin()).arg("--help").output().unwrap();
+    let help = String::from_utf8_lossy(&help.stdout).into_owned();
+    let commands: Vec<&str> = help
+        .split("Commands:")
+        .nth(1)
+        .unwrap_or("")
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .take_while(|w| !w.ends_with(':'))
+        .filter(|w| *w != "help")
+        .collect();
+    assert!(
+        commands.contains(&"doctor") && commands.contains(&"mcp"),
+        "{help}"
+    );
+    for shell in ["bash", "zsh", "fish"] {
+        let out = Command::new(airlock_bin())
+            .args(["completions", shell])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{shell}");
+        let text = String::from_utf8_lossy(&out.stdout);
+        for c in &commands {
+            assert!(text.contains(c), "{shell} completion lacks {c}");
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(airlock_bin())
+        .args(["man", "--out", dir.path().to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert!(dir.path().join("airlock.1").is_file());
+    for c in &commands {
+        let page = dir.path().join(format!("airlock-{c}.1"));
+        let text = std::fs::read_to_string(&page).unwrap_or_else(|_| panic!("no {page:?}"));
+        assert!(
+            text.starts_with(".ie") || text.contains(".TH"),
+            "{c}: not roff"
+        );
+    }
+}
