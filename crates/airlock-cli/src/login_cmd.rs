@@ -23,8 +23,9 @@ pub struct LoginArgs {
     /// Server URL, e.g. https://airlock.example.com or http://127.0.0.1:8000.
     #[arg(long, env = "AIRLOCK_SERVER")]
     server: String,
-    /// Sign in with this username; the password is read from the first line
-    /// of stdin. A new API key is minted for this machine.
+    /// Sign in with this username; the password is prompted for (without
+    /// echo) on a terminal, else read from the first line of stdin. A new
+    /// API key is minted for this machine.
     #[arg(long, conflicts_with = "api_key_stdin")]
     username: Option<String>,
     /// TOTP code, when the account has a second factor.
@@ -87,7 +88,7 @@ async fn login_inner(a: &LoginArgs) -> Result<PathBuf, String> {
         .username
         .as_deref()
         .ok_or("give --username (password on stdin) or --api-key-stdin")?;
-    let password = stdin_line()?;
+    let password = crate::term::read_secret(&format!("Password for {username}: "))?;
     let body = to_json(&Login {
         username: username.to_string(),
         password,

@@ -91,7 +91,22 @@ pub fn run(paths: &Paths, a: &RunArgs) -> ExitCode {
             );
         }
         let clock = std::time::Instant::now();
+        // A spinner while the run is under way: only on a terminal, and
+        // not while the log is printed as it comes.
+        let spinner = (progress && created && !a.follow).then(|| {
+            let s = indicatif::ProgressBar::new_spinner();
+            s.set_style(
+                indicatif::ProgressStyle::with_template("{spinner} {msg} {elapsed}")
+                    .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
+            );
+            s.set_message(format!("{id} {}", run.worker_id));
+            s.enable_steady_tick(std::time::Duration::from_millis(120));
+            s
+        });
         let waited = wait(&door, &id, created, a.follow).await;
+        if let Some(s) = spinner {
+            s.finish_and_clear();
+        }
         if let Err(e) = waited {
             return fail(&e);
         }

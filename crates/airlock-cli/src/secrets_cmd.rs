@@ -26,9 +26,17 @@ pub fn secrets(paths: &Paths, cmd: &SecretsCommand) -> ExitCode {
     with_door(paths, async |door| match cmd {
         SecretsCommand::Set { name } => {
             let mut value = Vec::new();
+            let typed = std::io::IsTerminal::is_terminal(&std::io::stdin());
+            if typed {
+                // Typed by a person: prompted for, not echoed.
+                match crate::term::read_secret(&format!("Value of {name}: ")) {
+                    Ok(v) => value = v.into_bytes(),
+                    Err(e) => return err(e),
+                }
+            }
             // One byte over the limit is enough to refuse an oversized value.
             let limit = airlock_protocol::secrets::MAX_SECRET_BYTES as u64 + 1024;
-            if let Err(e) = std::io::stdin().take(limit).read_to_end(&mut value) {
+            if !typed && let Err(e) = std::io::stdin().take(limit).read_to_end(&mut value) {
                 return err(format!("cannot read the value from stdin: {e}"));
             }
             if value.last() == Some(&b'\n') {

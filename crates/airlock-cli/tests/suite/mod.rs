@@ -10,6 +10,7 @@ mod sandbox_cli;
 mod secrets;
 mod small_model;
 mod support;
+mod terminal;
 mod tidy;
 mod up;
 mod upstream;
