@@ -49,6 +49,43 @@ pub fn for_terminal(bytes: &[u8]) -> Vec<u8> {
     out.into_bytes()
 }
 
+/// A secret typed by a person: on a terminal, a prompt on stderr and the
+/// line read with echo off (restored afterwards, also on error); from a
+/// pipe or file, the first line of stdin as is, no prompt (scripts).
+pub fn read_secret(prompt: &str) -> Result<String, String> {
+    use std::io::{BufRead, IsTerminal, Write};
+    use std::os::fd::AsFd;
+
+    use nix::sys::termios::{LocalFlags, SetArg, tcgetattr, tcsetattr};
+    let stdin = std::io::stdin();
+    let read = || {
+        let mut line = String::new();
+        std::io::stdin()
+            .lock()
+            .read_line(&mut line)
+            .map_err(|e| format!("stdin: {e}"))?;
+        Ok::<_, String>(line.trim_end_matches(['\r', '\n']).to_string())
+    };
+    if !stdin.is_terminal() {
+        return read();
+    }
+    let fd = stdin.as_fd();
+    let old = tcgetattr(fd).map_err(|e| format!("terminal: {e}"))?;
+    let mut quiet = old.clone();
+    quiet.local_flags.remove(LocalFlags::ECHO);
+    // The Enter key still moves to the next line.
+    quiet.local_flags.insert(LocalFlags::ECHONL);
+    let mut err = std::io::stderr().lock();
+    let _ = write!(err, "{prompt}");
+    let _ = err.flush();
+    tcsetattr(fd, SetArg::TCSAFLUSH, &quiet).map_err(|e| format!("terminal: {e}"))?;
+    let line = read();
+    let restored = tcsetattr(fd, SetArg::TCSAFLUSH, &old);
+    let line = line?;
+    restored.map_err(|e| format!("terminal: {e}"))?;
+    Ok(line)
+}
+
 #[cfg(test)]
 mod tests {
     use super::for_terminal;
@@ -113,41 +150,4 @@ mod tests {
             assert_eq!(shown(text.as_bytes()), text, "{text:?}");
         }
     }
-}
-
-/// A secret typed by a person: on a terminal, a prompt on stderr and the
-/// line read with echo off (restored afterwards, also on error); from a
-/// pipe or file, the first line of stdin as is, no prompt (scripts).
-pub fn read_secret(prompt: &str) -> Result<String, String> {
-    use std::io::{BufRead, IsTerminal, Write};
-    use std::os::fd::AsFd;
-
-    use nix::sys::termios::{LocalFlags, SetArg, tcgetattr, tcsetattr};
-    let stdin = std::io::stdin();
-    let read = || {
-        let mut line = String::new();
-        std::io::stdin()
-            .lock()
-            .read_line(&mut line)
-            .map_err(|e| format!("stdin: {e}"))?;
-        Ok::<_, String>(line.trim_end_matches(['\r', '\n']).to_string())
-    };
-    if !stdin.is_terminal() {
-        return read();
-    }
-    let fd = stdin.as_fd();
-    let old = tcgetattr(fd).map_err(|e| format!("terminal: {e}"))?;
-    let mut quiet = old.clone();
-    quiet.local_flags.remove(LocalFlags::ECHO);
-    // The Enter key still moves to the next line.
-    quiet.local_flags.insert(LocalFlags::ECHONL);
-    let mut err = std::io::stderr().lock();
-    let _ = write!(err, "{prompt}");
-    let _ = err.flush();
-    tcsetattr(fd, SetArg::TCSAFLUSH, &quiet).map_err(|e| format!("terminal: {e}"))?;
-    let line = read();
-    let restored = tcsetattr(fd, SetArg::TCSAFLUSH, &old);
-    let line = line?;
-    restored.map_err(|e| format!("terminal: {e}"))?;
-    Ok(line)
 }
