@@ -18,16 +18,26 @@ pub enum ModelsCommand {
         name: String,
         #[arg(long)]
         file: PathBuf,
+        #[arg(long)]
+        json: bool,
     },
     /// The workspace's profiles.
     List {
         #[arg(long)]
         json: bool,
     },
-    /// One profile, as stored.
-    Show { name: String },
+    /// One profile, as stored (JSON; `--json` prints it on one line).
+    Show {
+        name: String,
+        #[arg(long)]
+        json: bool,
+    },
     /// Delete a profile (agents that name it then end `model_profile_missing`).
-    Rm { name: String },
+    Rm {
+        name: String,
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// A profile file as JSON: `.json` as is, anything else as TOML.
@@ -48,7 +58,7 @@ fn read_profile(path: &PathBuf) -> Result<serde_json::Value, String> {
 
 pub fn models(paths: &Paths, cmd: &ModelsCommand) -> ExitCode {
     with_door(paths, async |door| match cmd {
-        ModelsCommand::Put { name, file } => {
+        ModelsCommand::Put { name, file, json } => {
             let profile = match read_profile(file) {
                 Ok(p) => p,
                 Err(e) => return err(e),
@@ -57,6 +67,10 @@ pub fn models(paths: &Paths, cmd: &ModelsCommand) -> ExitCode {
                 .put_model_profile(name, &PutModelProfile { profile })
                 .await
             {
+                Ok(p) if *json => {
+                    println!("{}", serde_json::to_value(&p).unwrap_or_default());
+                    ExitCode::SUCCESS
+                }
                 Ok(p) => {
                     println!("{} stored", p.name);
                     ExitCode::SUCCESS
@@ -95,14 +109,22 @@ pub fn models(paths: &Paths, cmd: &ModelsCommand) -> ExitCode {
             }
             Err(e) => fail(&e),
         },
-        ModelsCommand::Show { name } => match door.get_model_profile(name).await {
+        ModelsCommand::Show { name, json } => match door.get_model_profile(name).await {
+            Ok(p) if *json => {
+                println!("{}", serde_json::to_value(&p).unwrap_or_default());
+                ExitCode::SUCCESS
+            }
             Ok(p) => {
                 println!("{}", serde_json::to_string_pretty(&p).unwrap_or_default());
                 ExitCode::SUCCESS
             }
             Err(e) => fail(&e),
         },
-        ModelsCommand::Rm { name } => match door.delete_model_profile(name).await {
+        ModelsCommand::Rm { name, json } => match door.delete_model_profile(name).await {
+            Ok(()) if *json => {
+                println!("{}", serde_json::json!({"name": name, "deleted": true}));
+                ExitCode::SUCCESS
+            }
             Ok(()) => {
                 println!("{name} deleted");
                 ExitCode::SUCCESS

@@ -233,9 +233,17 @@ pub enum RunsCommand {
         id: String,
         #[arg(long)]
         follow: bool,
+        /// Every event as one JSON line (seq, kind, data) instead of the
+        /// log text, followed until the run ends.
+        #[arg(long)]
+        json: bool,
     },
     /// Cancel (idempotent): queued or waiting never starts, running is killed.
-    Cancel { id: String },
+    Cancel {
+        id: String,
+        #[arg(long)]
+        json: bool,
+    },
     /// An agent run's actions (tool calls), in order.
     Actions {
         id: String,
@@ -245,6 +253,8 @@ pub enum RunsCommand {
     /// Settle an action whose outcome is unknown (after a crash): it
     /// succeeded, it failed, or re-run it after a new approval.
     Settle {
+        #[arg(long)]
+        json: bool,
         run: String,
         action: String,
         #[arg(long, value_parser = ["succeeded", "failed", "rerun"])]
@@ -301,8 +311,21 @@ pub fn runs(paths: &Paths, cmd: &RunsCommand) -> ExitCode {
             }
             Err(e) => fail(&e),
         },
-        RunsCommand::Logs { id, follow } => {
-            if *follow {
+        RunsCommand::Logs { id, follow, json } => {
+            if *json {
+                // Every event as one JSON line (seq, kind, data), followed
+                // until the run ends: the same document locally and
+                // remotely (an event stream carries no timestamps).
+                let mut print = |e: &RunEvent| {
+                    let line = serde_json::json!({"seq": e.seq, "kind": e.kind, "data": e.data});
+                    println!("{line}");
+                    let _ = std::io::stdout().flush();
+                };
+                match door.follow(id, 0, &mut print).await {
+                    Ok(()) => ExitCode::SUCCESS,
+                    Err(e) => fail(&e),
+                }
+            } else if *follow {
                 let mut print = |e: &RunEvent| print_log(e);
                 match door.follow(id, 0, &mut print).await {
                     Ok(()) => ExitCode::SUCCESS,
@@ -340,6 +363,7 @@ pub fn runs(paths: &Paths, cmd: &RunsCommand) -> ExitCode {
             Err(e) => fail(&e),
         },
         RunsCommand::Settle {
+            json,
             run,
             action,
             outcome,
@@ -356,6 +380,10 @@ pub fn runs(paths: &Paths, cmd: &RunsCommand) -> ExitCode {
                 note: note.clone(),
             };
             match door.settle_action(run, action, &b).await {
+                Ok(a) if *json => {
+                    println!("{}", serde_json::to_value(&a).unwrap_or_default());
+                    ExitCode::SUCCESS
+                }
                 Ok(a) => {
                     println!("{} {}", a.id, a.state.as_str());
                     ExitCode::SUCCESS
@@ -363,7 +391,11 @@ pub fn runs(paths: &Paths, cmd: &RunsCommand) -> ExitCode {
                 Err(e) => fail(&e),
             }
         }
-        RunsCommand::Cancel { id } => match door.cancel_run(id).await {
+        RunsCommand::Cancel { id, json } => match door.cancel_run(id).await {
+            Ok(c) if *json => {
+                println!("{}", serde_json::to_value(&c).unwrap_or_default());
+                ExitCode::SUCCESS
+            }
             Ok(c) => {
                 println!("{} {}", c.id, c.state.as_str());
                 ExitCode::SUCCESS

@@ -11,20 +11,29 @@ use crate::common::{Paths, err, fail, with_door, with_service};
 
 #[derive(Debug, Subcommand)]
 pub enum SecretsCommand {
-    /// Store a new version of a secret; the value is read from stdin, never argv.
-    Set { name: String },
+    /// Store a new version of a secret; the value is read from stdin, never
+    /// argv (prompted for without echo on a terminal).
+    Set {
+        name: String,
+        #[arg(long)]
+        json: bool,
+    },
     /// Metadata only: name, version, updated, used by, last used.
     List {
         #[arg(long)]
         json: bool,
     },
     /// Delete a secret.
-    Rm { name: String },
+    Rm {
+        name: String,
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 pub fn secrets(paths: &Paths, cmd: &SecretsCommand) -> ExitCode {
     with_door(paths, async |door| match cmd {
-        SecretsCommand::Set { name } => {
+        SecretsCommand::Set { name, json } => {
             let mut value = Vec::new();
             let typed = std::io::IsTerminal::is_terminal(&std::io::stdin());
             if typed {
@@ -43,6 +52,10 @@ pub fn secrets(paths: &Paths, cmd: &SecretsCommand) -> ExitCode {
                 value.pop();
             }
             match door.put_secret(name, value).await {
+                Ok(s) if *json => {
+                    println!("{}", serde_json::to_value(&s).unwrap_or_default());
+                    ExitCode::SUCCESS
+                }
                 Ok(s) => {
                     println!("{} version {}", s.name, s.version);
                     ExitCode::SUCCESS
@@ -68,8 +81,13 @@ pub fn secrets(paths: &Paths, cmd: &SecretsCommand) -> ExitCode {
             }
             Err(e) => fail(&e),
         },
-        SecretsCommand::Rm { name } => match door.delete_secret(name).await {
-            Ok(()) => ExitCode::SUCCESS,
+        SecretsCommand::Rm { name, json } => match door.delete_secret(name).await {
+            Ok(()) => {
+                if *json {
+                    println!("{}", serde_json::json!({"name": name, "deleted": true}));
+                }
+                ExitCode::SUCCESS
+            }
             Err(e) => fail(&e),
         },
     })

@@ -3,6 +3,7 @@ mod approvals;
 mod docs;
 mod egress;
 mod iam;
+mod json;
 mod mcp;
 mod runs;
 mod sandbox_attacks;
