@@ -423,6 +423,17 @@ fn mcp_1_hostile_requests_get_errors_and_start_nothing() {
     assert_eq!(c, 200, "{v}");
     assert!(v["result"]["tools"].as_array().unwrap().len() >= 10, "{v}");
 
+    // Each revision a client may still speak is agreed to as asked.
+    for version in ["2025-06-18", "2025-11-25"] {
+        let init = json!({"jsonrpc": "2.0", "id": 2, "method": "initialize", "params": {
+            "protocolVersion": version, "capabilities": {},
+            "clientInfo": {"name": "raw", "version": "0"}}});
+        let (c, v) = rpc(&s, &key, &init.to_string(), &[]);
+        assert_eq!(c, 200, "{v}");
+        assert_eq!(v["result"]["protocolVersion"], version, "{v}");
+        assert_eq!(v["result"]["serverInfo"]["name"], "airlock", "{v}");
+    }
+
     // No key; a session cookie instead of a key (ignored at /mcp).
     let (c, raw) = s.raw(
         "POST",
