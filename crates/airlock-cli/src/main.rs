@@ -100,6 +100,9 @@ enum Command {
     Worker {
         #[command(subcommand)]
         command: worker_cmd::WorkerCommand,
+        /// One JSON document instead of text.
+        #[arg(long, global = true)]
+        json: bool,
     },
     /// The tamper-evident audit log.
     Audit {
@@ -121,6 +124,9 @@ enum Command {
     Keys {
         #[command(subcommand)]
         command: secrets_cmd::KeysCommand,
+        /// One JSON document instead of text.
+        #[arg(long, global = true)]
+        json: bool,
     },
     /// Print a shell completion script (bash, zsh, fish, elvish,
     /// powershell), generated from the command definitions.
@@ -192,11 +198,11 @@ fn main() -> ExitCode {
         Command::Approvals { command } => approvals_cmd::approvals(&cli.paths, &command),
         Command::Stop { reason, show, json } => approvals_cmd::stop(&cli.paths, reason, show, json),
         Command::Resume { json } => approvals_cmd::resume(&cli.paths, json),
-        Command::Worker { command } => worker_cmd::worker(&command),
+        Command::Worker { command, json } => worker_cmd::worker(&command, json),
         Command::Audit { command } => audit_cmd::audit(&cli.paths, &command),
         Command::Models { command } => models_cmd::models(&cli.paths, &command),
         Command::Secrets { command } => secrets_cmd::secrets(&cli.paths, &command),
-        Command::Keys { command } => secrets_cmd::keys(&cli.paths, &command),
+        Command::Keys { command, json } => secrets_cmd::keys(&cli.paths, &command, json),
         Command::Completions { shell } => {
             // Into a buffer first: the generator panics on a failed write
             // (a closed pipe); this answers it with an error instead.

@@ -109,11 +109,15 @@ pub enum KeysCommand {
     AcceptRestore,
 }
 
-pub fn keys(paths: &Paths, cmd: &KeysCommand) -> ExitCode {
+pub fn keys(paths: &Paths, cmd: &KeysCommand, json: bool) -> ExitCode {
     with_service(paths, async |svc| {
         let op = Caller::operator(&svc.config().workers_workspace);
         match cmd {
             KeysCommand::Rotate => match svc.rotate_kek(&op) {
+                Ok(v) if json => {
+                    println!("{}", serde_json::json!({"kek_version": v}));
+                    ExitCode::SUCCESS
+                }
                 Ok(v) => {
                     println!("kek version {v} is current");
                     ExitCode::SUCCESS
@@ -134,6 +138,13 @@ pub fn keys(paths: &Paths, cmd: &KeysCommand) -> ExitCode {
                         if tty {
                             eprintln!();
                         }
+                        if json {
+                            println!(
+                                "{}",
+                                serde_json::json!({"data_keys": r.data_keys, "kek_version": r.kek_version})
+                            );
+                            return ExitCode::SUCCESS;
+                        }
                         println!(
                             "rewrapped {} data key(s) to kek version {}",
                             r.data_keys, r.kek_version
@@ -144,6 +155,10 @@ pub fn keys(paths: &Paths, cmd: &KeysCommand) -> ExitCode {
                 }
             }
             KeysCommand::Retire { kek_version } => match svc.retire_kek(&op, *kek_version) {
+                Ok(()) if json => {
+                    println!("{}", serde_json::json!({"retired": kek_version}));
+                    ExitCode::SUCCESS
+                }
                 Ok(()) => {
                     println!("kek version {kek_version} retired");
                     ExitCode::SUCCESS
@@ -151,6 +166,10 @@ pub fn keys(paths: &Paths, cmd: &KeysCommand) -> ExitCode {
                 Err(e) => fail(&e),
             },
             KeysCommand::AcceptRestore => match svc.accept_restore(&op).await {
+                Ok(n) if json => {
+                    println!("{}", serde_json::json!({"changes": n}));
+                    ExitCode::SUCCESS
+                }
                 Ok(n) => {
                     println!("high-water marks reset ({n} change(s)); audited");
                     ExitCode::SUCCESS

@@ -11,9 +11,35 @@ pub enum WorkerCommand {
     Validate { dir: PathBuf },
 }
 
-pub fn worker(cmd: &WorkerCommand) -> ExitCode {
+pub fn worker(cmd: &WorkerCommand, json: bool) -> ExitCode {
     match cmd {
         WorkerCommand::Validate { dir } => match airlock_worker::load_bundle(dir) {
+            Ok(b) if json => {
+                let m = &b.manifest;
+                println!(
+                    "{}",
+                    serde_json::json!({
+                        "valid": true,
+                        "id": b.id.as_str(),
+                        "inputs": m.inputs.len(),
+                        "outputs": m.outputs.len(),
+                        "problems": [],
+                    })
+                );
+                ExitCode::SUCCESS
+            }
+            Err(e) if json => {
+                let problems: Vec<_> = e
+                    .problems()
+                    .into_iter()
+                    .map(|p| serde_json::json!({"field": p.field, "message": p.message}))
+                    .collect();
+                println!(
+                    "{}",
+                    serde_json::json!({"valid": false, "problems": problems})
+                );
+                ExitCode::from(1)
+            }
             Ok(b) => {
                 let m = &b.manifest;
                 println!(

@@ -119,3 +119,40 @@ fn cli_1_json_documents_are_the_same_locally_and_remotely() {
         "{logs:?}"
     );
 }
+
+#[test]
+fn cli_1_worker_validate_json_names_each_problem() {
+    let env = Env::new(Who::Invoker);
+    env.sh_worker("fine", "", "echo ok\n");
+    let out = env
+        .cmd()
+        .args(["worker", "validate", "--json"])
+        .arg(env.workers.join("fine"))
+        .output()
+        .unwrap();
+    let v = &docs(&out, "validate fine")[0];
+    assert_eq!(v["valid"], true, "{v}");
+    assert_eq!(v["id"], "fine", "{v}");
+    // A manifest with an unknown field and a bad timeout: exit 1, each named.
+    env.sh_worker(
+        "broken",
+        "[limits]\ntimeout_s = -3\nsurprise = 1\n",
+        "echo ok\n",
+    );
+    let out = env
+        .cmd()
+        .args(["worker", "validate", "--json"])
+        .arg(env.workers.join("broken"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["valid"], false, "{v}");
+    let fields: Vec<&str> = v["problems"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["field"].as_str().unwrap())
+        .collect();
+    assert!(fields.iter().any(|f| f.contains("surprise")), "{v}");
+}
