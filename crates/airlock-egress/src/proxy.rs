@@ -1,7 +1,9 @@
 //! The proxy server: one accept loop per sandbox listener (NET-1), CONNECT
 //! tunnels and plain-HTTP forwarding through the decision pipeline, and
 //! credential channels (NET-6), with limits and one JSON line per decision
-//! and per closed connection (NET-7).
+//! and per closed connection (NET-7). A decided plain or channel request may
+//! reuse an idle upstream connection of its own listener opened for the same
+//! route and a checked address (`pool`); a tunnel always gets its own.
 //!
 //! A channel's response is scrubbed of the credential before the sandbox
 //! sees it: header values (and trailers) through `airlock_redact::Patterns`,
