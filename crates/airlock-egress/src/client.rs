@@ -365,6 +365,7 @@ impl OutboundClient {
         for a in &addrs {
             match tokio::time::timeout(self.opts.connect_timeout, TcpStream::connect(a)).await {
                 Ok(Ok(s)) => {
+                    crate::proxy::send_small_writes_at_once(&s);
                     stream = Some(s);
                     break;
                 }

@@ -1,7 +1,9 @@
 //! The proxy server: one accept loop per sandbox listener (NET-1), CONNECT
 //! tunnels and plain-HTTP forwarding through the decision pipeline, and
 //! credential channels (NET-6), with limits and one JSON line per decision
-//! and per closed connection (NET-7).
+//! and per closed connection (NET-7). A decided plain or channel request may
+//! reuse an idle upstream connection of its own listener opened for the same
+//! route and a checked address (`pool`); a tunnel always gets its own.
 //!
 //! A channel's response is scrubbed of the credential before the sandbox
 //! sees it: header values (and trailers) through `airlock_redact::Patterns`,
@@ -36,6 +38,8 @@ use crate::decide::{self, Decision, Mode, host_string};
 use crate::policy::{Channel, Limits, Policy, PolicyError};
 use crate::resolve::Resolve;
 use airlock_redact::StreamRedactor;
+
+mod pool;
 
 /// Header carrying the machine-readable reason of a refusal.
 pub const REASON_HEADER: &str = "x-airlock-reason";
@@ -161,6 +165,8 @@ struct Ctx {
     run: Option<String>,
     /// The authority under which clients reach this listener.
     self_authority: String,
+    /// This listener's idle upstream connections (never shared with another listener).
+    pool: Arc<pool::Pool<Body>>,
 }
 
 impl Ctx {
@@ -356,6 +362,7 @@ impl Egress {
             sandbox: sandbox.to_string(),
             run: run.map(str::to_string),
             self_authority: self_authority.to_string(),
+            pool: Arc::default(),
         });
         let stop2 = stop.clone();
         let _guard = self.rt.enter();
@@ -435,7 +442,20 @@ fn check_target(url: &str) -> Result<(Authority, Mode), &'static str> {
     Ok((a, Mode::Connect))
 }
 
+/// Sends small writes at once on a socket the proxy relays through (`TCP_NODELAY`).
+///
+/// Why: the proxy relays what its peers write in the pieces it reads them, and a TLS handshake
+/// or an HTTP head is a few small writes in a row. With Nagle's algorithm the second small write
+/// waits for the ACK of the first, which the peer delays (≈ 40 ms on Linux) while it waits for
+/// more: one stall per round trip of every tunnelled handshake. Every accepted socket (the
+/// sandbox listeners and `airlock proxy --listen` alike) and every upstream socket gets it.
+/// A failure is ignored: the option only changes when bytes leave, never which bytes or where.
+pub(crate) fn send_small_writes_at_once(stream: &TcpStream) {
+    let _ = stream.set_nodelay(true);
+}
+
 async fn serve_connection(stream: TcpStream, ctx: Arc<Ctx>) {
+    send_small_writes_at_once(&stream);
     let limits = ctx.limits();
     let io = TokioIo::new(stream);
     let ctx2 = ctx.clone();
@@ -578,7 +598,10 @@ async fn dial(
     let mut last = "upstream_connect_failed";
     for a in addrs {
         match tokio::time::timeout(timeout, TcpStream::connect(a)).await {
-            Ok(Ok(s)) => return Ok((s, *a)),
+            Ok(Ok(s)) => {
+                send_small_writes_at_once(&s);
+                return Ok((s, *a));
+            }
             Ok(Err(_)) => last = "upstream_connect_failed",
             Err(_) => last = "upstream_connect_timeout",
         }
@@ -764,41 +787,142 @@ async fn plain(req: Request<Incoming>, url: &str, ctx: Arc<Ctx>) -> Response<Bod
     if !d.allow {
         return refusal(StatusCode::FORBIDDEN, d.reason);
     }
-    let limits = ctx.limits();
-    let (stream, addr) = match dial(&d.socket_addrs(), limits.connect_timeout).await {
-        Ok(s) => s,
-        Err(reason) => return refusal(dial_status(reason), reason),
-    };
     let (mut parts, body) = req.into_parts();
     strip_hop_by_hop(&mut parts.headers);
     let host = target.to_string();
-    forward(
-        parts,
-        body,
-        path,
-        &host,
-        TokioIo::new(stream),
-        None,
-        ctx,
-        addr,
-    )
-    .await
+    let upstream = Upstream {
+        route: pool::Route::Plain {
+            authority: host.clone(),
+            rule: d.rule.clone(),
+        },
+        addrs: d.socket_addrs(),
+        tls: None,
+    };
+    forward(parts, body, path, &host, upstream, None, ctx).await
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn forward<S>(
+/// Where a decided request goes: the route its decision produced, the
+/// checked addresses (the only ones it may reach), and for an `https`
+/// channel the name the upstream's certificate must carry.
+struct Upstream {
+    route: pool::Route,
+    addrs: Vec<SocketAddr>,
+    tls: Option<rustls::pki_types::ServerName<'static>>,
+}
+
+type Sender = hyper::client::conn::http1::SendRequest<Body>;
+
+/// A request on its way: the response head, the connection it came on and
+/// whether that connection was reused.
+struct Sent {
+    response: Response<Incoming>,
+    sender: Sender,
+    key: pool::Key,
+    reused: bool,
+}
+
+/// Sends a decided request on an idle connection this listener opened for
+/// the same route and one of the checked addresses, or else on a new one.
+/// A kept connection that turns out closed before the request was written
+/// to it is dropped and the request goes on the next (what was written is
+/// never sent twice).
+async fn send(
+    ctx: &Ctx,
+    up: &Upstream,
+    mut req: Request<Body>,
+) -> Result<Sent, (StatusCode, &'static str)> {
+    let limits = ctx.limits();
+    for addr in &up.addrs {
+        let key = pool::Key {
+            route: up.route.clone(),
+            addr: *addr,
+        };
+        while let Some(mut sender) = ctx.pool.take(&key) {
+            if !matches!(
+                tokio::time::timeout(limits.connect_timeout, sender.ready()).await,
+                Ok(Ok(()))
+            ) {
+                continue;
+            }
+            match sender.try_send_request(req).await {
+                Ok(response) => {
+                    return Ok(Sent {
+                        response,
+                        sender,
+                        key,
+                        reused: true,
+                    });
+                }
+                Err(mut e) => match e.take_message() {
+                    Some(unsent) => req = unsent,
+                    None => return Err((StatusCode::BAD_GATEWAY, "upstream_request_failed")),
+                },
+            }
+        }
+    }
+    let (mut sender, addr) = open(up, &limits, &ctx.shared).await?;
+    let response = sender
+        .send_request(req)
+        .await
+        .map_err(|_| (StatusCode::BAD_GATEWAY, "upstream_request_failed"))?;
+    Ok(Sent {
+        response,
+        sender,
+        key: pool::Key {
+            route: up.route.clone(),
+            addr,
+        },
+        reused: false,
+    })
+}
+
+/// A new connection to one of the checked addresses (TLS for an `https` channel).
+async fn open(
+    up: &Upstream,
+    limits: &Limits,
+    shared: &Shared,
+) -> Result<(Sender, SocketAddr), (StatusCode, &'static str)> {
+    let (stream, addr) = dial(&up.addrs, limits.connect_timeout)
+        .await
+        .map_err(|reason| (dial_status(reason), reason))?;
+    let sender = match &up.tls {
+        None => handshake(TokioIo::new(stream)).await?,
+        Some(name) => {
+            let tls = match tokio::time::timeout(
+                limits.connect_timeout,
+                shared.tls.connect(name.clone(), stream),
+            )
+            .await
+            {
+                Ok(Ok(t)) => t,
+                _ => return Err((StatusCode::BAD_GATEWAY, "upstream_tls_failed")),
+            };
+            handshake(TokioIo::new(tls)).await?
+        }
+    };
+    Ok((sender, addr))
+}
+
+async fn handshake<S>(io: TokioIo<S>) -> Result<Sender, (StatusCode, &'static str)>
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let (sender, conn) = hyper::client::conn::http1::handshake(io)
+        .await
+        .map_err(|_| (StatusCode::BAD_GATEWAY, "upstream_handshake_failed"))?;
+    tokio::spawn(conn);
+    Ok(sender)
+}
+
+async fn forward(
     mut parts: http::request::Parts,
     body: Incoming,
     path: String,
     host: &str,
-    io: TokioIo<S>,
+    upstream: Upstream,
     scrub: Option<ChannelScrub>,
     ctx: Arc<Ctx>,
-    addr: SocketAddr,
-) -> Response<Body>
-where
-    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-{
+) -> Response<Body> {
     let started = Instant::now();
     let Ok(uri) = path.parse::<http::Uri>() else {
         return refusal(StatusCode::BAD_REQUEST, "bad_path");
@@ -820,16 +944,13 @@ where
         })
         .boxed();
     let upstream_req = Request::from_parts(parts, up_body);
-    let (mut sender, conn) = match hyper::client::conn::http1::handshake(io).await {
-        Ok(x) => x,
-        Err(_) => return refusal(StatusCode::BAD_GATEWAY, "upstream_handshake_failed"),
+    let sent = match send(&ctx, &upstream, upstream_req).await {
+        Ok(s) => s,
+        Err((status, reason)) => return refusal(status, reason),
     };
-    tokio::spawn(conn);
-    let resp = match sender.send_request(upstream_req).await {
-        Ok(r) => r,
-        Err(_) => return refusal(StatusCode::BAD_GATEWAY, "upstream_request_failed"),
-    };
-    let (mut parts, body) = resp.into_parts();
+    let (addr, reused) = (sent.key.addr, sent.reused);
+    let (mut parts, body) = sent.response.into_parts();
+    let body = pool::GiveBack::new(body, ctx.pool.clone(), sent.key, sent.sender);
     strip_hop_by_hop(&mut parts.headers);
     let status = parts.status.as_u16();
     let counters = ctx.counters.clone();
@@ -842,7 +963,7 @@ where
         f
     };
     let Some(scrub) = scrub else {
-        log_response(&ctx, host, addr, status, started);
+        log_response(&ctx, host, addr, status, started, reused);
         // Streamed frame by frame: server-sent events pass through unbuffered.
         return Response::from_parts(parts, body.map_frame(count_down).boxed());
     };
@@ -861,7 +982,7 @@ where
     scrub_headers(&mut parts.headers, &scrub.patterns);
     // Replacing changes the length; the body goes out chunked (or close-delimited).
     parts.headers.remove(header::CONTENT_LENGTH);
-    log_response(&ctx, host, addr, status, started);
+    log_response(&ctx, host, addr, status, started, reused);
     let body = ScrubbedBody {
         inner: body.map_frame(count_down).boxed(),
         redactor: StreamRedactor::new(scrub.patterns.clone()),
@@ -874,13 +995,21 @@ where
     Response::from_parts(parts, body.boxed())
 }
 
-fn log_response(ctx: &Ctx, host: &str, addr: SocketAddr, status: u16, started: Instant) {
+fn log_response(
+    ctx: &Ctx,
+    host: &str,
+    addr: SocketAddr,
+    status: u16,
+    started: Instant,
+    reused: bool,
+) {
     ctx.log(json!({
         "event": "egress_response",
         "host": host,
         "resolved_ip": addr.ip(),
         "status": status,
         "duration_ms": started.elapsed().as_millis() as u64,
+        "reused_connection": reused,
     }));
 }
 
@@ -1068,11 +1197,6 @@ async fn channel(req: Request<Incoming>, name: &str, rest: &str, ctx: Arc<Ctx>) 
         "port": ch.port, "resolved": addrs.iter().map(|a| a.ip()).collect::<Vec<_>>(),
         "decision": "allow", "reason": "allowed", "method": req.method().as_str(),
     }));
-    let limits = ctx.limits();
-    let (stream, addr) = match dial(&addrs, limits.connect_timeout).await {
-        Ok(s) => s,
-        Err(reason) => return refusal(dial_status(reason), reason),
-    };
     let (mut parts, body) = req.into_parts();
     strip_hop_by_hop(&mut parts.headers);
     for h in CLIENT_AUTH {
@@ -1105,44 +1229,34 @@ async fn channel(req: Request<Incoming>, name: &str, rest: &str, ctx: Arc<Ctx>) 
         channel: ch.name.clone(),
         patterns: ch.scrub.clone(),
     };
-    if ch.scheme_https {
+    let tls = if ch.scheme_https {
         let Host::Name(server_name) = &ch.host else {
             return refusal(StatusCode::BAD_GATEWAY, "channel_tls_needs_a_name");
         };
         let Ok(sn) = rustls::pki_types::ServerName::try_from(server_name.clone()) else {
             return refusal(StatusCode::BAD_GATEWAY, "channel_tls_bad_name");
         };
-        let tls =
-            match tokio::time::timeout(limits.connect_timeout, ctx.shared.tls.connect(sn, stream))
-                .await
-            {
-                Ok(Ok(t)) => t,
-                _ => return refusal(StatusCode::BAD_GATEWAY, "upstream_tls_failed"),
-            };
-        forward(
-            parts,
-            body,
-            rest.to_string(),
-            &host_header,
-            TokioIo::new(tls),
-            Some(scrub),
-            ctx,
-            addr,
-        )
-        .await
+        Some(sn)
     } else {
-        forward(
-            parts,
-            body,
-            rest.to_string(),
-            &host_header,
-            TokioIo::new(stream),
-            Some(scrub),
-            ctx,
-            addr,
-        )
-        .await
-    }
+        None
+    };
+    let upstream = Upstream {
+        route: pool::Route::Channel {
+            name: ch.name.clone(),
+        },
+        addrs,
+        tls,
+    };
+    forward(
+        parts,
+        body,
+        rest.to_string(),
+        &host_header,
+        upstream,
+        Some(scrub),
+        ctx,
+    )
+    .await
 }
 
 fn authority_host(h: &Host) -> String {
