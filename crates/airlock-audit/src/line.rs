@@ -33,9 +33,11 @@
 //! nesting, invalid JSON) is refused here too, because none of it can be canonical JSON of an
 //! event.
 //!
-//! Cost: one pass over the bytes (plain string bytes eight at a time), no allocation for a
-//! well-formed line unless a metadata key needs unescaping or non-ASCII UTF-16 ordering, and
-//! SHA-256 over the line minus the two hash members.
+//! Cost: one pass over the bytes (plain string bytes and hash digits eight at a time), and
+//! SHA-256 over the line minus the two hash members. Nothing is allocated except to unescape
+//! an object key (or a workspace id) that holds an escape, and to check the spelling of a
+//! number that is not an integer of at most 15 digits (parsed and written again with
+//! [`crate::jcs::number_to_string`], as the old path did).
 
 use std::cmp::Ordering;
 use std::ops::Range;
