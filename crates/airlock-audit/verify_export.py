@@ -25,9 +25,14 @@ The algorithm (independent of airlock; Python 3 standard library only):
     as 64 lowercase hex digits.
   * --checkpoint SEQ:HEX (from a signed checkpoint kept outside the database) also requires
     the chain to reach SEQ with hash HEX there; that catches truncation and rewrites.
+  * Each line must itself be canonical: exactly the RFC 8785 form of its object (airlock
+    writes nothing else). Then event_bytes is the line with its prev_hash and hash members
+    cut out, which is what `airlock audit verify` hashes; a line re-spelled in any other way
+    (whitespace, escapes, number spellings, member order) is refused even when it means the
+    same event.
 
-Checks per event, in this order: workspace, sequence number, the event's own hash, its link
-to the previous event, the checkpoint. The same order and reasons as `airlock audit verify`.
+Checks per event, in this order: the line's shape and canonical form, workspace, sequence
+number, the event's own hash, its link to the previous event, the checkpoint. The same order and reasons as `airlock audit verify`.
 """
 
 import hashlib
@@ -206,6 +211,16 @@ def verify(lines, workspace=None, checkpoint=None):
             if gap_at is not None:
                 raise Bad(gap_at, f"event {gap_at} is missing")
             raise Bad(expected, f"line {line_no}: {e}")
+        try:
+            canonical_line = jcs(obj)
+        except (ValueError, RecursionError) as e:
+            if gap_at is not None:
+                raise Bad(gap_at, f"event {gap_at} is missing")
+            raise Bad(expected, f"event {expected} has no canonical form: {e}")
+        if canonical_line != line:
+            if gap_at is not None:
+                raise Bad(gap_at, f"event {gap_at} is missing")
+            raise Bad(expected, f"event {expected} is not stored in canonical form")
         seq = obj["seq"]
         if gap_at is not None:
             if seq == gap_at:

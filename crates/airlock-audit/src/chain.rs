@@ -31,6 +31,11 @@
 //! ([`ChainError::PrevMismatch`] there); one who recomputes every later hash as well is caught
 //! only by a checkpoint.
 //!
+//! A stored line can be pushed as it is ([`Verifier::push_line`]): its bytes are checked to be
+//! the canonical form of an event and hashed directly, which reaches the same verdict as
+//! parsing and canonicalising it again on every line airlock writes, and refuses the
+//! non-canonical lines the slower path let through ([`crate::line`] gives the argument).
+//!
 //! This module is pure: no I/O, no clock; the caller supplies `at` and redacted metadata.
 
 use serde::{Deserialize, Serialize};
@@ -38,6 +43,7 @@ use sha2::{Digest, Sha256};
 
 use crate::hex;
 use crate::jcs::{self, JcsError};
+use crate::line::{LineError, LineView};
 
 /// The domain separator that starts every hashed message (version 1 of the algorithm).
 pub const DOMAIN_SEPARATOR: &[u8] = b"airlock-audit-v1\n";
@@ -159,6 +165,14 @@ pub enum ChainError {
         #[source]
         source: JcsError,
     },
+    /// A stored line ([`Verifier::push_line`]) that is not the canonical form of an event.
+    /// `seq` is the sequence number due at that line: what the line claims is not trusted.
+    #[error("event {seq} is not stored in canonical form")]
+    Malformed {
+        seq: u64,
+        #[source]
+        source: LineError,
+    },
 }
 
 impl ChainError {
@@ -172,7 +186,8 @@ impl ChainError {
             | Self::WorkspaceMismatch { seq }
             | Self::CheckpointMismatch { seq }
             | Self::MetadataNotObject { seq }
-            | Self::Canonical { seq, .. } => seq,
+            | Self::Canonical { seq, .. }
+            | Self::Malformed { seq, .. } => seq,
             Self::Missing { expected_seq } => expected_seq,
             Self::Truncated { have, .. } => have.saturating_add(1),
         }
@@ -311,6 +326,62 @@ impl Verifier {
     /// Checks the next event.
     pub fn push(&mut self, e: &ChainedEvent) -> Result<(), ChainError> {
         let seq = e.event.seq;
+        self.step(
+            seq,
+            |ws| ws == e.event.workspace_id,
+            || e.event.workspace_id.clone(),
+            || {
+                e.expected_hash()
+                    .map_err(|source| ChainError::Canonical { seq, source })
+            },
+            e.hash,
+            e.prev_hash,
+        )
+    }
+
+    /// Checks the next event as it is stored: a line in the export form
+    /// ([`crate::export`]), hashed as it is ([`LineView`]: this is as strong as parsing it and
+    /// canonicalising it again, and refuses every line that is not canonical). Returns the
+    /// line's `seq` and `hash` once it has joined the chain, for a caller that also keeps
+    /// them elsewhere (a database's key columns) and must check that they agree; `None` for
+    /// a line read after a gap, whose verdict [`finish`](Self::finish) gives.
+    pub fn push_line(&mut self, line: &str) -> Result<Option<(u64, [u8; 32])>, ChainError> {
+        let view = match LineView::parse(line) {
+            Ok(view) => view,
+            Err(source) => {
+                return Err(match self.gap_at {
+                    // Already broken earlier than this line.
+                    Some(expected_seq) => ChainError::Missing { expected_seq },
+                    None => ChainError::Malformed {
+                        seq: self.count.saturating_add(1),
+                        source,
+                    },
+                });
+            }
+        };
+        self.step(
+            view.seq,
+            |ws| view.workspace_is(ws),
+            || view.workspace_id(),
+            || Ok(view.event_hash()),
+            view.hash,
+            view.prev_hash,
+        )?;
+        Ok((self.gap_at.is_none()).then_some((view.seq, view.hash)))
+    }
+
+    /// The checks of [`push`](Self::push) for an event however it was read, in the published
+    /// order: workspace, sequence number, the event's own hash (computed only if the
+    /// sequence number is the one due), its link, the checkpoint.
+    fn step(
+        &mut self,
+        seq: u64,
+        in_workspace: impl FnOnce(&str) -> bool,
+        workspace: impl FnOnce() -> String,
+        recompute: impl FnOnce() -> Result<[u8; 32], ChainError>,
+        hash: [u8; 32],
+        prev_hash: [u8; 32],
+    ) -> Result<(), ChainError> {
         if let Some(missing) = self.gap_at {
             // Already broken; only find out whether the missing event turns up.
             return if seq == missing {
@@ -320,11 +391,11 @@ impl Verifier {
             };
         }
         match &self.workspace_id {
-            Some(ws) if *ws != e.event.workspace_id => {
+            Some(ws) if !in_workspace(ws) => {
                 return Err(ChainError::WorkspaceMismatch { seq });
             }
             Some(_) => {}
-            None => self.workspace_id = Some(e.event.workspace_id.clone()),
+            None => self.workspace_id = Some(workspace()),
         }
         let expected = self.count.saturating_add(1);
         if seq > expected {
@@ -339,23 +410,20 @@ impl Verifier {
                 ChainError::Duplicate { seq }
             });
         }
-        let recomputed = e
-            .expected_hash()
-            .map_err(|source| ChainError::Canonical { seq, source })?;
-        if recomputed != e.hash {
+        if recompute()? != hash {
             return Err(ChainError::Edited { seq });
         }
-        if e.prev_hash != self.head {
+        if prev_hash != self.head {
             return Err(ChainError::PrevMismatch { seq });
         }
         if let Some((cp_seq, cp_head)) = self.checkpoint
             && cp_seq == seq
-            && cp_head != e.hash
+            && cp_head != hash
         {
             return Err(ChainError::CheckpointMismatch { seq });
         }
         self.count = seq;
-        self.head = e.hash;
+        self.head = hash;
         Ok(())
     }
 

@@ -5,6 +5,8 @@
 //!   appending and verifying.
 //! - [`export`]: JSON Lines export and import; `verify_export.py` next to this crate's manifest
 //!   verifies an export with nothing but the Python 3 standard library.
+//! - [`line`]: a stored (or exported) line verified as it is: its bytes are checked to be the
+//!   canonical form of an event and hashed directly ([`Verifier::push_line`]).
 //! - [`hex`]: lowercase hex for hashes.
 //!
 //! Architecture invariant: this crate does no I/O, keeps no clock and knows nothing of a
@@ -53,6 +55,7 @@ pub mod chain;
 pub mod export;
 pub mod hex;
 pub mod jcs;
+pub mod line;
 
 pub use chain::{
     Actor, AuditEvent, ChainError, ChainedEvent, GENESIS, Verifier, VerifySummary, append,
@@ -60,3 +63,4 @@ pub use chain::{
 };
 pub use export::{ExportError, from_json_line, to_json_line};
 pub use jcs::{JcsError, canonicalize};
+pub use line::{LineError, LineView};

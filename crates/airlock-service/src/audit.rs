@@ -3,6 +3,7 @@
 //! over every workspace of a database ([`AuditLog`], which needs neither
 //! the key directory nor the workers: an auditor can verify a copy).
 
+use airlock_audit::Verifier;
 use airlock_iam::Permission;
 use airlock_protocol::Error;
 use airlock_protocol::audit::{AuditPage, AuditVerification, ListAudit};
@@ -16,25 +17,76 @@ use crate::service::Service;
 /// resets): they belong to no single workspace.
 pub const SYSTEM_AUDIT: &str = "ws_system";
 
+/// Rows read per page when verifying a stored chain: memory stays bounded
+/// (about a megabyte of lines) whatever the chain's length.
+const VERIFY_PAGE: i64 = 1024;
+
 /// Verifies one workspace's chain from its stored lines: the count and
-/// head, or the first sequence number that does not verify (an unreadable
-/// line counts as bad at its position).
+/// head, or the first sequence number that does not verify (a line that is
+/// not the canonical form of an event counts as bad at its position).
+/// Each line is hashed as it is stored ([`airlock_audit::LineView`] says
+/// why that is as strong as re-canonicalising it).
 pub fn verify_lines(workspace: &str, lines: &[String]) -> AuditVerification {
-    let mut v = airlock_audit::chain::Verifier::new().for_workspace(workspace);
-    for (i, l) in lines.iter().enumerate() {
-        let bad = match airlock_audit::from_json_line(l) {
-            Ok(e) => v.push(&e).err().map(|e| e.first_bad_seq()),
-            Err(_) => Some(u64::try_from(i + 1).unwrap_or(u64::MAX)),
-        };
-        if let Some(seq) = bad {
-            return AuditVerification {
-                ok: false,
-                events: None,
-                head: None,
-                first_bad_seq: Some(seq),
-            };
+    let mut v = Verifier::new().for_workspace(workspace);
+    for l in lines {
+        if let Err(e) = v.push_line(l) {
+            return bad(e.first_bad_seq());
         }
     }
+    verdict(v)
+}
+
+/// Verifies one workspace's chain as the database holds it, a page at a
+/// time: every line as [`verify_lines`] does, and also that the row's own
+/// `seq` and `hash` columns (what the database orders, finds and pages rows
+/// by) say what the hashed line says. Those columns are not covered by the
+/// chain, so without this check a row could be re-keyed unnoticed.
+async fn verify_stored(store: &Store, workspace: &str) -> Result<AuditVerification> {
+    verify_stored_in_pages(store, workspace, VERIFY_PAGE).await
+}
+
+async fn verify_stored_in_pages(
+    store: &Store,
+    workspace: &str,
+    page: i64,
+) -> Result<AuditVerification> {
+    let mut v = Verifier::new().for_workspace(workspace);
+    let mut after = 0;
+    loop {
+        let rows = store.audit_rows(workspace, after, page).await.svc()?;
+        for row in &rows {
+            match v.push_line(&row.line) {
+                Err(e) => return Ok(bad(e.first_bad_seq())),
+                Ok(Some((seq, hash))) => {
+                    let columns_agree = i64::try_from(seq) == Ok(row.seq)
+                        && airlock_audit::hex::decode_hash(&row.hash) == Ok(hash);
+                    if !columns_agree {
+                        return Ok(bad(seq));
+                    }
+                }
+                // After a gap: the verdict is already "missing", decided by
+                // `finish` or by the missing event turning up.
+                Ok(None) => {}
+            }
+        }
+        match rows.last() {
+            Some(last) if i64::try_from(rows.len()) == Ok(page) => after = last.seq,
+            _ => break,
+        }
+    }
+    Ok(verdict(v))
+}
+
+fn bad(seq: u64) -> AuditVerification {
+    AuditVerification {
+        ok: false,
+        events: None,
+        head: None,
+        first_bad_seq: Some(seq),
+    }
+}
+
+fn verdict(v: Verifier) -> AuditVerification {
     match v.finish() {
         Ok(sum) => AuditVerification {
             ok: true,
@@ -42,12 +94,7 @@ pub fn verify_lines(workspace: &str, lines: &[String]) -> AuditVerification {
             head: Some(airlock_store::hex(&sum.head)),
             first_bad_seq: None,
         },
-        Err(e) => AuditVerification {
-            ok: false,
-            events: None,
-            head: None,
-            first_bad_seq: Some(e.first_bad_seq()),
-        },
+        Err(e) => bad(e.first_bad_seq()),
     }
 }
 
@@ -124,8 +171,7 @@ impl Service {
     /// Verifies the caller's workspace's chain.
     pub async fn verify_audit(&self, c: &Caller) -> Result<AuditVerification> {
         c.require(Permission::AuditRead)?;
-        let lines = self.store.audit_lines(&c.workspace).await.svc()?;
-        Ok(verify_lines(&c.workspace, &lines))
+        verify_stored(&self.store, &c.workspace).await
     }
 
     /// The caller's workspace's chain as JSON Lines (one event per line,
@@ -165,8 +211,7 @@ impl AuditLog {
     pub async fn verify_all(&self) -> Result<Vec<(String, AuditVerification)>> {
         let mut out = Vec::new();
         for ws in self.store.audit_workspaces().await.svc()? {
-            let lines = self.store.audit_lines(&ws).await.svc()?;
-            let v = verify_lines(&ws, &lines);
+            let v = verify_stored(&self.store, &ws).await?;
             out.push((ws, v));
         }
         Ok(out)
@@ -175,5 +220,107 @@ impl AuditLog {
     /// One workspace's chain as JSON Lines.
     pub async fn export(&self, workspace: &str) -> Result<String> {
         Ok(join_lines(self.store.audit_lines(workspace).await.svc()?))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A SQLite store with `n` events in the default workspace, and its
+    /// audit triggers dropped (an attacker with the database file).
+    async fn tampered_store(n: usize) -> (Store, tempfile::TempDir) {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("airlock.db").display());
+        let store = Store::open(&url).await.unwrap();
+        for i in 0..n {
+            let rec = AuditRecord::system("config.changed", None)
+                .with_metadata(serde_json::json!({"i": i}));
+            store.audit(crate::DEFAULT_WORKSPACE, rec).await.unwrap();
+        }
+        for t in ["audit_events_no_update", "audit_events_no_delete"] {
+            sqlx::query(&format!("DROP TRIGGER {t}"))
+                .execute(store.pool())
+                .await
+                .unwrap();
+        }
+        (store, dir)
+    }
+
+    async fn verify(store: &Store, page: i64) -> AuditVerification {
+        verify_stored_in_pages(store, crate::DEFAULT_WORKSPACE, page)
+            .await
+            .unwrap()
+    }
+
+    async fn exec(store: &Store, sql: &str) {
+        sqlx::query(sql).execute(store.pool()).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn aud_4_stored_chain_is_read_in_pages_and_its_key_columns_must_agree() {
+        let (store, _dir) = tampered_store(7).await;
+        // Positive controls: every page size gives the same verdict, and the
+        // in-memory path over the same lines agrees.
+        let all = store.audit_lines(crate::DEFAULT_WORKSPACE).await.unwrap();
+        let whole = verify_lines(crate::DEFAULT_WORKSPACE, &all);
+        assert!(whole.ok && whole.events == Some(7), "{whole:?}");
+        for page in [1, 2, 3, 7, 8, 1024] {
+            assert_eq!(verify(&store, page).await, whole, "page {page}");
+        }
+
+        // The hash column no longer says what the line says.
+        exec(&store, "UPDATE audit_events SET hash = replace(hash, substr(hash, 1, 1), CASE substr(hash, 1, 1) WHEN 'a' THEN 'b' ELSE 'a' END) WHERE seq = 3").await;
+        let v = verify(&store, 2).await;
+        assert_eq!((v.ok, v.first_bad_seq), (false, Some(3)), "{v:?}");
+        // The lines alone still verify: only the column check sees this.
+        let lines = store.audit_lines(crate::DEFAULT_WORKSPACE).await.unwrap();
+        assert!(verify_lines(crate::DEFAULT_WORKSPACE, &lines).ok);
+    }
+
+    #[tokio::test]
+    async fn aud_4_a_row_re_keyed_under_another_seq_is_bad() {
+        let (store, _dir) = tampered_store(5).await;
+        // Row 5 moved to seq 50: the lines still come in order and verify.
+        exec(&store, "UPDATE audit_events SET seq = 50 WHERE seq = 5").await;
+        let lines = store.audit_lines(crate::DEFAULT_WORKSPACE).await.unwrap();
+        assert!(verify_lines(crate::DEFAULT_WORKSPACE, &lines).ok);
+        let v = verify(&store, 2).await;
+        assert_eq!((v.ok, v.first_bad_seq), (false, Some(5)), "{v:?}");
+    }
+
+    #[tokio::test]
+    async fn aud_4_tampered_rows_are_named_by_their_first_bad_seq() {
+        for (name, sql, bad) in [
+            (
+                "edited",
+                "UPDATE audit_events SET line = replace(line, '\"i\":1', '\"i\":9') WHERE seq = 2",
+                2,
+            ),
+            (
+                "re-spelled, same event",
+                "UPDATE audit_events SET line = replace(line, '\"i\":1', '\"i\":1.0') WHERE seq = 2",
+                2,
+            ),
+            ("deleted", "DELETE FROM audit_events WHERE seq = 4", 4),
+            (
+                "reordered",
+                "UPDATE audit_events SET seq = -1 WHERE seq = 5; UPDATE audit_events SET seq = 5 WHERE seq = 6; UPDATE audit_events SET seq = 6 WHERE seq = -1",
+                5,
+            ),
+            (
+                "replayed",
+                "INSERT INTO audit_events (workspace_id, seq, line, hash) SELECT workspace_id, 100, line, hash FROM audit_events WHERE seq = 3",
+                3,
+            ),
+        ] {
+            let (store, _dir) = tampered_store(7).await;
+            assert!(verify(&store, 2).await.ok, "{name}: positive control");
+            for stmt in sql.split("; ") {
+                exec(&store, stmt).await;
+            }
+            let v = verify(&store, 2).await;
+            assert_eq!((v.ok, v.first_bad_seq), (false, Some(bad)), "{name}: {v:?}");
+        }
     }
 }

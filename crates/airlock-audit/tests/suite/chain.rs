@@ -133,6 +133,16 @@ fn aud_4_first_bad_seq_of_each_error() {
             },
             6,
         ),
+        (
+            ChainError::Malformed {
+                seq: 9,
+                source: airlock_audit::LineError {
+                    reason: "expected a string",
+                    offset: 13,
+                },
+            },
+            9,
+        ),
     ];
     for (err, seq) in cases {
         assert_eq!(err.first_bad_seq(), seq, "{err:?}");

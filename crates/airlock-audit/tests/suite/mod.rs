@@ -1,6 +1,7 @@
 mod chain;
 mod export;
 mod jcs;
+mod line;
 mod props;
 mod python;
 mod support;

@@ -6,7 +6,7 @@ use serde_json::{Map, Number, Value};
 
 const TWO_53: i64 = 1 << 53;
 
-fn arb_string() -> impl Strategy<Value = String> {
+pub fn arb_string() -> impl Strategy<Value = String> {
     prop_oneof![
         any::<String>(),
         // Characters where escaping and UTF-16 ordering are interesting.
@@ -50,7 +50,7 @@ fn arb_number() -> impl Strategy<Value = Value> {
     ]
 }
 
-fn arb_json() -> impl Strategy<Value = Value> {
+pub fn arb_json() -> impl Strategy<Value = Value> {
     let leaf = prop_oneof![
         Just(Value::Null),
         any::<bool>().prop_map(Value::Bool),
