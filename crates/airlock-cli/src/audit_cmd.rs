@@ -17,7 +17,12 @@ use crate::common::{Paths, block_on, err, fail};
 pub enum AuditCommand {
     /// Verify the hash chains (every workspace locally, the key's remotely);
     /// names the first bad sequence number.
-    Verify,
+    Verify {
+        /// `{"workspaces": [{"workspace", "ok", "events", "head",
+        /// "first_bad_seq"}]}` instead of lines.
+        #[arg(long)]
+        json: bool,
+    },
     /// Write a workspace's events as JSON Lines, verifiable with the
     /// published algorithm (`crates/airlock-audit/verify_export.py`).
     Export {
@@ -48,6 +53,30 @@ fn print_verification(ws: &str, v: &AuditVerification) -> bool {
     }
 }
 
+/// Prints each workspace's verification; exit 1 when one does not verify.
+fn report(all: &[(String, AuditVerification)], json: bool) -> ExitCode {
+    let ok = if json {
+        let rows: Vec<_> = all
+            .iter()
+            .map(|(ws, v)| {
+                let mut row = serde_json::to_value(v).unwrap_or_default();
+                row["workspace"] = serde_json::Value::String(ws.clone());
+                row
+            })
+            .collect();
+        println!("{}", serde_json::json!({ "workspaces": rows }));
+        all.iter().all(|(_, v)| v.ok)
+    } else {
+        all.iter()
+            .fold(true, |ok, (ws, v)| print_verification(ws, v) && ok)
+    };
+    if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}
+
 pub fn audit(paths: &Paths, cmd: &AuditCommand) -> ExitCode {
     block_on(async move || {
         if paths.remote {
@@ -56,10 +85,9 @@ pub fn audit(paths: &Paths, cmd: &AuditCommand) -> ExitCode {
                 Err(e) => return err(e),
             };
             return match cmd {
-                AuditCommand::Verify => {
+                AuditCommand::Verify { json } => {
                     match r.get::<AuditVerification>("/v1/audit/verify").await {
-                        Ok(v) if print_verification("workspace", &v) => ExitCode::SUCCESS,
-                        Ok(_) => ExitCode::from(1),
+                        Ok(v) => report(&[("workspace".to_string(), v)], *json),
                         Err(e) => fail(&e),
                     }
                 }
@@ -91,18 +119,8 @@ pub fn audit(paths: &Paths, cmd: &AuditCommand) -> ExitCode {
                 }
                 Err(e) => fail(&e),
             },
-            AuditCommand::Verify => match log.verify_all().await {
-                Ok(all) => {
-                    let mut ok = true;
-                    for (ws, v) in &all {
-                        ok &= print_verification(ws, v);
-                    }
-                    if ok {
-                        ExitCode::SUCCESS
-                    } else {
-                        ExitCode::from(1)
-                    }
-                }
+            AuditCommand::Verify { json } => match log.verify_all().await {
+                Ok(all) => report(&all, *json),
                 Err(e) => fail(&e),
             },
         }

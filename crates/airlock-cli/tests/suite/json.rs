@@ -102,6 +102,21 @@ fn cli_1_json_documents_are_the_same_locally_and_remotely() {
             assert_eq!(keys(&l[0]), fields, "{what}: {}", l[0]);
         }
     }
+    // audit verify: locally every workspace of the database, remotely the
+    // key's; both say so per workspace.
+    let l = &docs(&local(&env, &["audit", "verify", "--json"]), "audit verify")[0];
+    let r = &docs(
+        &remote(&env, &s, &["audit", "verify", "--json"]),
+        "audit verify",
+    )[0];
+    for d in [l, r] {
+        let rows = d["workspaces"].as_array().unwrap();
+        assert!(
+            rows.iter()
+                .all(|w| w["ok"] == true && w["workspace"].is_string()),
+            "{d}"
+        );
+    }
     // The log as events: the workload's two lines, in order, by stream.
     let events = docs(&local(&env, &["runs", "logs", &run, "--json"]), "logs");
     let logs: Vec<(&str, &str)> = events
