@@ -153,6 +153,17 @@ async fn authenticate(
     allow_pending: bool,
 ) -> Result<Principal, ApiError> {
     let cred = credential(s, parts)?;
+    authenticate_credential(s, parts, cred, allow_pending).await
+}
+
+/// [`authenticate`] with a credential the caller read (MCP reads only a
+/// bearer key).
+pub(crate) async fn authenticate_credential(
+    s: &AppState,
+    parts: &Parts,
+    cred: Credential,
+    allow_pending: bool,
+) -> Result<Principal, ApiError> {
     let p = s
         .service
         .authenticate(&cred, allow_pending)
@@ -203,12 +214,22 @@ impl FromRequestParts<AppState> for InWorkspace {
     type Rejection = ApiError;
     async fn from_request_parts(parts: &mut Parts, s: &AppState) -> Result<Self, ApiError> {
         let p = authenticate(s, parts, false).await?;
-        let asked = match parts.headers.get(WORKSPACE_HEADER) {
-            Some(v) => Some(v.to_str().map_err(|_| ApiError::not_found())?.to_string()),
-            None => None,
-        };
-        Ok(Self(s.service.caller(p, asked.as_deref()).await?))
+        Ok(Self(in_workspace(s, parts, p).await?))
     }
+}
+
+/// The caller `p` is in the workspace the request names
+/// (`X-Airlock-Workspace`), else the key's (or the session's first).
+pub(crate) async fn in_workspace(
+    s: &AppState,
+    parts: &Parts,
+    p: Principal,
+) -> Result<Caller, ApiError> {
+    let asked = match parts.headers.get(WORKSPACE_HEADER) {
+        Some(v) => Some(v.to_str().map_err(|_| ApiError::not_found())?.to_string()),
+        None => None,
+    };
+    Ok(s.service.caller(p, asked.as_deref()).await?)
 }
 
 /// What the request tells about its client: address, user agent, and the

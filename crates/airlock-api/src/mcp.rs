@@ -12,14 +12,14 @@
 //!   2.0 message gets a JSON-RPC error (the SDK answers those with a bare
 //!   415), before anything else reads it.
 
-use airlock_protocol::{Error, ErrorCode};
+use airlock_protocol::ErrorCode;
 use airlock_service::{Caller, Credential};
 use axum::http::request::Parts;
 use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::Value;
 
-use crate::auth::WORKSPACE_HEADER;
+use crate::auth::{authenticate_credential, in_workspace};
 use crate::{ApiError, AppState};
 
 /// The largest `/mcp` body read (a tool call's arguments are bounded
@@ -75,23 +75,8 @@ pub(crate) async fn gate(
 }
 
 async fn caller(s: &AppState, parts: &Parts, key: String) -> Result<Caller, ApiError> {
-    let p = s
-        .service
-        .authenticate(&Credential::ApiKey(key), false)
-        .await?
-        .principal;
-    if let Err(wait) = s.limits.check_identity(p.credential_id(), &parts.method) {
-        return Err(ApiError(Error::limited(
-            ErrorCode::RateLimited,
-            "too many requests for this key",
-            wait,
-        )));
-    }
-    let asked = match parts.headers.get(WORKSPACE_HEADER) {
-        Some(v) => Some(v.to_str().map_err(|_| ApiError::not_found())?.to_string()),
-        None => None,
-    };
-    Ok(s.service.caller(p, asked.as_deref()).await?)
+    let p = authenticate_credential(s, parts, Credential::ApiKey(key), false).await?;
+    in_workspace(s, parts, p).await
 }
 
 /// A JSON-RPC error answer.

@@ -40,6 +40,9 @@ pub struct LoginArgs {
     /// Days until the new key expires.
     #[arg(long, default_value_t = 90)]
     days: u64,
+    /// `{"server", "credentials"}` (where the key is stored) on stdout.
+    #[arg(long)]
+    json: bool,
 }
 
 fn stdin_line() -> Result<String, String> {
@@ -62,6 +65,12 @@ fn to_json<T: serde::Serialize>(v: &T) -> Result<Vec<u8>, Error> {
 pub fn login(a: &LoginArgs) -> ExitCode {
     block_on(async || match login_inner(a).await {
         Ok(path) => {
+            if a.json {
+                println!(
+                    "{}",
+                    serde_json::json!({"server": a.server, "credentials": path})
+                );
+            }
             eprintln!(
                 "airlock: logged in; the API key is stored in {}",
                 path.display()
@@ -155,8 +164,9 @@ async fn login_inner(a: &LoginArgs) -> Result<PathBuf, String> {
     })
 }
 
-/// Revokes the stored key on the server and forgets it.
-pub fn logout() -> ExitCode {
+/// Revokes the stored key on the server and forgets it; with `json`,
+/// `{"revoked": bool, "forgotten": true}` on stdout.
+pub fn logout(json: bool) -> ExitCode {
     let c = match credentials() {
         Ok(c) => c,
         Err(e) => return err(e),
@@ -179,7 +189,7 @@ pub fn logout() -> ExitCode {
             .empty()
         }
         .await;
-        if let Err(e) = revoked {
+        if let Err(e) = &revoked {
             eprintln!(
                 "airlock: could not revoke the key on the server: {}: {}",
                 e.code, e.message
@@ -190,6 +200,12 @@ pub fn logout() -> ExitCode {
             && e.kind() != std::io::ErrorKind::NotFound
         {
             return err(format!("{}: {e}", p.display()));
+        }
+        if json {
+            println!(
+                "{}",
+                serde_json::json!({"revoked": revoked.is_ok(), "forgotten": true})
+            );
         }
         ExitCode::SUCCESS
     })
@@ -204,6 +220,9 @@ pub enum AdminCommand {
         /// Minutes until the token expires.
         #[arg(long, default_value_t = 60)]
         ttl_minutes: u64,
+        /// `{"username", "token", "expires_in_s"}` instead of the bare token.
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -211,18 +230,25 @@ pub fn admin(paths: &Paths, cmd: &AdminCommand) -> ExitCode {
     let AdminCommand::ResetPassword {
         username,
         ttl_minutes,
+        json,
     } = cmd;
     with_service(paths, async |svc| {
         let op = Caller::operator(&svc.config().workers_workspace);
         let ttl = Duration::from_secs(ttl_minutes.saturating_mul(60));
         match svc.operator_reset_password(&op, username, ttl).await {
             Ok(token) => {
+                let valid = ttl.clamp(Duration::from_secs(60), airlock_service::MAX_RESET_TTL);
+                if *json {
+                    println!(
+                        "{}",
+                        serde_json::json!({"username": username, "token": token, "expires_in_s": valid.as_secs()})
+                    );
+                    return ExitCode::SUCCESS;
+                }
                 println!("{token}");
                 eprintln!(
                     "airlock: single-use reset token for {username}, valid {} min; the user sends it with a new password to POST /v1/password/reset (TOTP is cleared on use)",
-                    ttl.clamp(Duration::from_secs(60), airlock_service::MAX_RESET_TTL)
-                        .as_secs()
-                        / 60
+                    valid.as_secs() / 60
                 );
                 ExitCode::SUCCESS
             }

@@ -152,7 +152,10 @@ enum Command {
     /// Sign in to a server and store an API key for `--remote` commands.
     Login(login_cmd::LoginArgs),
     /// Revoke the stored API key and forget it.
-    Logout,
+    Logout {
+        #[arg(long)]
+        json: bool,
+    },
     /// Operator tasks on the server's own database.
     Admin {
         #[command(subcommand)]
@@ -219,7 +222,7 @@ fn main() -> ExitCode {
         Command::Doctor(a) => doctor_cmd::doctor(&cli.paths, &a),
         Command::Mcp { command } => mcp_cmd::mcp(&command),
         Command::Login(a) => login_cmd::login(&a),
-        Command::Logout => login_cmd::logout(),
+        Command::Logout { json } => login_cmd::logout(json),
         Command::Admin { command } => login_cmd::admin(&cli.paths, &command),
     }
 }

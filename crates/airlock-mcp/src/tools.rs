@@ -239,7 +239,7 @@ pub(crate) struct ReadLogsArgs {
 pub(crate) struct ListRunsArgs {
     /// Only runs in this state.
     #[serde(default)]
-    state: Option<RunStateArg>,
+    state: Option<StateArg>,
     /// Page size, 1 to 500 (default 50).
     #[serde(default)]
     #[schemars(range(min = 1, max = 500))]
@@ -249,34 +249,24 @@ pub(crate) struct ListRunsArgs {
     cursor: Option<String>,
 }
 
-/// A run state, as the protocol spells it.
-#[derive(Debug, Clone, Copy, Deserialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub(crate) enum RunStateArg {
-    Queued,
-    Running,
-    AwaitingApproval,
-    Succeeded,
-    Failed,
-    TimedOut,
-    Cancelled,
-    Blocked,
-    Unknown,
-}
+/// A run state as an argument: the protocol's own [`RunState`], whose
+/// schema's `enum` is read from [`RunState::ALL`] (one list, no mirror).
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(transparent)]
+pub(crate) struct StateArg(RunState);
 
-impl From<RunStateArg> for RunState {
-    fn from(s: RunStateArg) -> Self {
-        match s {
-            RunStateArg::Queued => Self::Queued,
-            RunStateArg::Running => Self::Running,
-            RunStateArg::AwaitingApproval => Self::AwaitingApproval,
-            RunStateArg::Succeeded => Self::Succeeded,
-            RunStateArg::Failed => Self::Failed,
-            RunStateArg::TimedOut => Self::TimedOut,
-            RunStateArg::Cancelled => Self::Cancelled,
-            RunStateArg::Blocked => Self::Blocked,
-            RunStateArg::Unknown => Self::Unknown,
-        }
+impl JsonSchema for StateArg {
+    fn inline_schema() -> bool {
+        true
+    }
+
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "RunState".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        let names: Vec<&str> = RunState::ALL.iter().map(|s| s.as_str()).collect();
+        schemars::json_schema!({"type": "string", "enum": names})
     }
 }
 
@@ -432,7 +422,7 @@ pub(crate) async fn call(
         "list_runs" => {
             let a: ListRunsArgs = args(arguments)?;
             let q = ListRuns {
-                state: a.state.map(RunState::from),
+                state: a.state.map(|s| s.0),
                 limit: a.limit,
                 cursor: a.cursor,
             };

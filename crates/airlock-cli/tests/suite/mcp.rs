@@ -45,7 +45,9 @@ fn workers(env: &Env) {
         "echo",
         "[inputs.name]\ntype = \"string\"\nrequired = true\ndescription = \"who\"\nmax_length = 40\n\
          [inputs.loud]\ntype = \"boolean\"\nrequired = false\ndefault = false\ndescription = \"shout\"\n",
-        "echo \"hello $(cat /airlock/input.json)\"\necho done >&2\n",
+        // The pause keeps the run under way when get_run is first called,
+        // so the wait (and its progress notifications) always happens.
+        "sleep 1\necho \"hello $(cat /airlock/input.json)\"\necho done >&2\n",
     );
     env.sh_worker("slow", "", "sleep 120\n");
     env.sh_worker(
