@@ -75,10 +75,12 @@ pub fn read_secret(prompt: &str) -> Result<String, String> {
     quiet.local_flags.remove(LocalFlags::ECHO);
     // The Enter key still moves to the next line.
     quiet.local_flags.insert(LocalFlags::ECHONL);
+    // Echo off before the prompt shows: whatever is typed once the prompt
+    // is visible is never echoed.
+    tcsetattr(fd, SetArg::TCSAFLUSH, &quiet).map_err(|e| format!("terminal: {e}"))?;
     let mut err = std::io::stderr().lock();
     let _ = write!(err, "{prompt}");
     let _ = err.flush();
-    tcsetattr(fd, SetArg::TCSAFLUSH, &quiet).map_err(|e| format!("terminal: {e}"))?;
     let line = read();
     let restored = tcsetattr(fd, SetArg::TCSAFLUSH, &old);
     let line = line?;

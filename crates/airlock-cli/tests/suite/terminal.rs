@@ -97,10 +97,23 @@ fn cli_1_a_spinner_only_on_a_terminal() {
 #[test]
 fn cli_1_a_typed_password_is_not_echoed_and_a_piped_one_is_not_prompted() {
     const TYPED: &str = "hunter2-typed-secret";
-    let run_on_pty = |program: &str, args: &[&str]| {
+    // Runs `program` on a new terminal, types TYPED once `wait_for` shows
+    // (at once when empty), and returns all the terminal showed.
+    let run_on_pty = |program: &str, args: &[&str], wait_for: &str| {
         let (master, slave) = pty();
         let mut writer = std::fs::File::from(master.try_clone().unwrap());
-        let reader = drain(master);
+        let shown = std::sync::Arc::new(std::sync::Mutex::new(Vec::<u8>::new()));
+        let sink = shown.clone();
+        let reader = std::thread::spawn(move || {
+            let mut f = std::fs::File::from(master);
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = f.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                sink.lock().unwrap().extend_from_slice(&buf[..n]);
+            }
+        });
         let mut child = Command::new(program)
             .args(args)
             .stdin(Stdio::from(slave.try_clone().unwrap()))
@@ -108,17 +121,21 @@ fn cli_1_a_typed_password_is_not_echoed_and_a_piped_one_is_not_prompted() {
             .stderr(Stdio::from(slave))
             .spawn()
             .unwrap();
-        // Typed once the program waits for it (the terminal buffers it
-        // either way; a small pause keeps the prompt before the typing).
-        std::thread::sleep(Duration::from_millis(300));
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !String::from_utf8_lossy(&shown.lock().unwrap()).contains(wait_for) {
+            assert!(Instant::now() < deadline, "no {wait_for:?} on the terminal");
+            std::thread::sleep(Duration::from_millis(20));
+        }
         writer.write_all(format!("{TYPED}\n").as_bytes()).unwrap();
         let _ = wait_exit(&mut child);
         drop(child);
         drop(writer);
-        reader.join().unwrap()
+        reader.join().unwrap();
+        let bytes = shown.lock().unwrap().clone();
+        String::from_utf8_lossy(&bytes).into_owned()
     };
     // Control: a terminal echoes what is typed by default.
-    let shown = run_on_pty("sh", &["-c", "read x; echo done"]);
+    let shown = run_on_pty("sh", &["-c", "printf ready; read x; echo done"], "ready");
     assert!(shown.contains(TYPED), "the control saw no echo: {shown:?}");
     // airlock's prompt: shown, the password not.
     let bin = airlock_bin();
@@ -131,8 +148,8 @@ fn cli_1_a_typed_password_is_not_echoed_and_a_piped_one_is_not_prompted() {
             "--username",
             "bob",
         ],
+        "Password for bob:",
     );
-    assert!(shown.contains("Password for bob:"), "{shown:?}");
     assert!(!shown.contains(TYPED), "the password was echoed: {shown:?}");
     // A script pipes it: no prompt, read from stdin all the same (the
     // login then fails to reach the server, which is not the point).
