@@ -187,7 +187,14 @@ async fn serve(
         "{}",
         serde_json::json!({"event": "listening", "address": addr.to_string(), "workers": workers, "database": svc.database_backend()})
     );
-    eprintln!("airlock: serving {workers} worker(s) on http://{addr}");
+    eprintln!(
+        "airlock: serving {workers} worker(s) on http://{addr}{}",
+        if mcp.is_some() {
+            format!(" (MCP at http://{addr}/mcp)")
+        } else {
+            String::new()
+        }
+    );
     match svc.prepare_bootstrap().await {
         Ok(Some(p)) => eprintln!(
             "airlock: no owner yet: a one-time bootstrap capability is in {} (POST it to /v1/bootstrap with a username and password)",
