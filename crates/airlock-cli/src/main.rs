@@ -167,6 +167,9 @@ fn main() -> ExitCode {
     // Must run before anything else: when this process is a sandbox init,
     // this call never returns.
     airlock_sandbox::init::main_if_requested();
+    // An idle server gives back each login's 19 MiB Argon2 block
+    // (BENCHMARKS.md: "Server memory").
+    airlock_sandbox::return_large_blocks_to_the_system();
 
     let cli = match Cli::try_parse() {
         Ok(c) => c,

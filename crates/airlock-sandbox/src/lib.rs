@@ -34,6 +34,14 @@ mod sys;
 mod wire;
 
 pub use broker::{Broker, Hooks, LaunchError, RunResult};
+
+/// Large blocks (1 MiB and up) go back to the system when freed, instead
+/// of staying in glibc's per-thread arenas (the `sys` module has why):
+/// the binary calls this first thing. It lives here because this crate
+/// holds the only `unsafe` code of the workspace.
+pub fn return_large_blocks_to_the_system() -> bool {
+    sys::fixed_mmap_threshold(1 << 20)
+}
 pub use exe::{ExecutableIdentity, ResolvedExecutable};
 pub use report::{ContainmentReport, Driver, Guarantee, Level};
 pub use spec::{
