@@ -34,7 +34,7 @@ mod sys;
 mod wire;
 
 pub use broker::{Broker, Hooks, LaunchError, RunResult};
-pub use exe::{ExecutableIdentity, ResolvedExecutable};
+pub use exe::{DigestCache, DigestSource, ExecutableIdentity, ResolvedExecutable};
 pub use report::{ContainmentReport, Driver, Guarantee, Level};
 pub use spec::{
     DriverChoice, Limits, Mount, SECRETS_DIR, SandboxRequest, SandboxSpec, SecretBytes, SecretFile,
