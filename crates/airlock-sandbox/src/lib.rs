@@ -34,6 +34,13 @@ mod sys;
 mod wire;
 
 pub use broker::{Broker, Hooks, LaunchError, RunResult};
+pub use exe::{DigestCache, DigestSource, ExecutableIdentity, ResolvedExecutable};
+pub use report::{ContainmentReport, Driver, Guarantee, Level};
+pub use spec::{
+    DriverChoice, Limits, Mount, SECRETS_DIR, SandboxRequest, SandboxSpec, SecretBytes, SecretFile,
+    SpecError,
+};
+pub use subid::{IdRange, SandboxIds, SubidChoice, SubidError};
 
 /// Large blocks (1 MiB and up) go back to the system when freed, instead
 /// of staying in glibc's per-thread arenas (the `sys` module has why):
@@ -42,13 +49,6 @@ pub use broker::{Broker, Hooks, LaunchError, RunResult};
 pub fn return_large_blocks_to_the_system() -> bool {
     sys::fixed_mmap_threshold(1 << 20)
 }
-pub use exe::{ExecutableIdentity, ResolvedExecutable};
-pub use report::{ContainmentReport, Driver, Guarantee, Level};
-pub use spec::{
-    DriverChoice, Limits, Mount, SECRETS_DIR, SandboxRequest, SandboxSpec, SecretBytes, SecretFile,
-    SpecError,
-};
-pub use subid::{IdRange, SandboxIds, SubidChoice, SubidError};
 
 /// The hidden first argument that turns the airlock binary into the sandbox
 /// init process. The binary's `main` must call [`init::main_if_requested`]

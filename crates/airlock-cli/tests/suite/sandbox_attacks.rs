@@ -1152,6 +1152,85 @@ fn sbx_2_an_executable_swapped_after_the_brokers_check_is_refused_inside() {
     }
 }
 
+/// SBX-2 with the executable-identity cache warm (claim 14a): a root-only script whose
+/// digest the broker's process-wide cache holds is rewritten in place (same inode, same
+/// size): the next launch runs the new bytes and reports their SHA-256, never the cached
+/// one. Then, warm again, a swap after the broker's check is still refused inside.
+/// Controls: before the rewrite the test process's own resolve is a cache hit with the
+/// digest the launch reported, and the unswapped launch runs.
+#[test]
+fn sbx_2_a_cached_executable_rewritten_or_swapped_never_runs_from_the_cache() {
+    use airlock_sandbox::exe::{ExeError, digest_cache::SETTLE};
+    use airlock_sandbox::{DigestSource, DriverChoice, LaunchError, ResolvedExecutable};
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    if !is_root() {
+        eprintln!("skipped: the cache serves only root-owned files, which only root can make");
+        return;
+    }
+    // Under the test binary's directory: root-owned all the way up, unlike /tmp.
+    let exe = std::env::current_exe().unwrap();
+    let dir = tempfile::Builder::new()
+        .prefix("airlock-itest-cache-")
+        .tempdir_in(exe.parent().unwrap())
+        .unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let tool = dir.path().join("tool");
+    let write = |path: &Path, text: &str| {
+        std::fs::write(path, text).unwrap();
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    };
+    // SHA-256 computed outside airlock.
+    let sha = |path: &Path| {
+        let out = std::process::Command::new("sha256sum")
+            .arg(path)
+            .output()
+            .unwrap();
+        String::from_utf8(out.stdout).unwrap()[..64].to_string()
+    };
+    // Warms the cache with `tool` as it is now and checks that it is a hit.
+    let warm = || {
+        std::thread::sleep(SETTLE + Duration::from_millis(300));
+        let ran = launch_with(&tool, DriverChoice::Namespaces, &mut || {}).unwrap();
+        let hit = ResolvedExecutable::resolve(path_str(&tool), "", Path::new("/")).unwrap();
+        assert_eq!(
+            hit.digest_source(),
+            DigestSource::Cached,
+            "control: a cache hit"
+        );
+        assert_eq!(hit.identity().sha256, ran.executable.sha256);
+        ran
+    };
+
+    write(&tool, "#!/bin/sh\necho one \"$1\"\n");
+    let before = warm();
+    assert_eq!(before.stdout.text(), "one original\n");
+    let ino = std::fs::metadata(&tool).unwrap().ino();
+    write(&tool, "#!/bin/sh\necho TWO \"$1\"\n");
+    assert_eq!(
+        std::fs::metadata(&tool).unwrap().ino(),
+        ino,
+        "rewritten in place"
+    );
+    let after = launch_with(&tool, DriverChoice::Namespaces, &mut || {}).unwrap();
+    assert_eq!(after.stdout.text(), "TWO original\n");
+    assert_eq!(after.executable.sha256, sha(&tool));
+    assert_ne!(after.executable.sha256, before.executable.sha256);
+
+    let evil = dir.path().join("evil");
+    write(&evil, "#!/bin/sh\necho EVIL \"$1\"\n");
+    warm();
+    let mut swapped = false;
+    let refused = launch_with(&tool, DriverChoice::Namespaces, &mut || {
+        std::fs::rename(&evil, &tool).unwrap();
+        swapped = true;
+    });
+    assert!(swapped, "the broker refused before the window: {refused:?}");
+    assert!(
+        matches!(refused, Err(LaunchError::Executable(ExeError::Changed(_)))),
+        "{refused:?}"
+    );
+}
+
 /// SBX-2: an ELF binary runs from the descriptor that was hashed: the kernel names a program
 /// executed through a descriptor `/dev/fd/N` in its auxiliary vector (AT_EXECFN), and names
 /// the path otherwise. Control: uncontained executes by path.
