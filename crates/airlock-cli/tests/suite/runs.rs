@@ -791,11 +791,52 @@ fn dur_2_kill_9_of_airlock_up_mid_runs_loses_nothing_and_duplicates_nothing(who:
     assert_eq!(finals.values().sum::<i32>(), 50, "no run lost: {finals:?}");
     assert!(failed.is_empty(), "{finals:?}: {}", failed.join("\n\n"));
     // None silently duplicated: a non-idempotent run whose workload had
-    // started when the server died is `unknown`, never run twice.
+    // started when the server died is `unknown`, never run twice. A run is
+    // `running` (one status event) a moment before its workload starts; one
+    // killed in that moment is requeued and runs once: the reaper's audit
+    // event says which (`workload_started`), and only those may run again.
+    let mut reaped: std::collections::BTreeMap<String, (usize, usize)> = Default::default();
+    let mut after = 0;
+    loop {
+        let (c, page) = server.json(
+            "GET",
+            &format!("/v1/audit?after={after}&limit=500"),
+            None,
+            &[],
+        );
+        assert_eq!(c, 200, "{page}");
+        for e in page["events"].as_array().unwrap() {
+            if e["event_type"] == "run.reaped" {
+                let r = reaped
+                    .entry(e["run_id"].as_str().unwrap().to_string())
+                    .or_default();
+                if e["metadata"]["workload_started"] == true {
+                    r.1 += 1;
+                } else {
+                    r.0 += 1;
+                }
+            }
+        }
+        match page["next_cursor"].as_i64() {
+            Some(c) => after = c,
+            None => break,
+        }
+    }
     for id in &ids {
         let (_, ev) = server.request("GET", &format!("/v1/runs/{id}/events"), None, &[]);
         let starts = ev.matches("event: status").count();
-        assert!(starts <= 1, "run {id} started its workload {starts} times");
+        let (unstarted, started) = reaped.get(id).copied().unwrap_or_default();
+        assert!(
+            starts <= 1 + unstarted,
+            "run {id} started {starts} times, requeued before its workload started {unstarted} times"
+        );
+        if started > 0 {
+            assert_eq!(
+                server.run_state(id),
+                "unknown",
+                "run {id} died mid-workload"
+            );
+        }
     }
     drop(server);
     let out = env.cmd().args(["audit", "verify"]).output().unwrap();
