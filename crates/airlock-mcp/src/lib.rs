@@ -276,7 +276,8 @@ impl ServerHandler for Airlock {
         let runs = match self.svc.list_runs(&c, &q).await {
             Ok(l) => l.runs,
             // Not allowed to read runs: nothing to list.
-            Err(_) => Vec::new(),
+            Err(e) if e.code == airlock_protocol::ErrorCode::Forbidden => Vec::new(),
+            Err(e) => return Err(ErrorData::internal_error(e.message, None)),
         };
         let resources = runs
             .iter()
@@ -299,6 +300,14 @@ impl ServerHandler for Airlock {
         let c = caller(&ctx)?;
         let uri = request.uri.clone();
         let not_found = || ErrorData::resource_not_found(format!("no resource {uri}"), None);
+        // Missing or not the caller's: the same answer; anything else is
+        // the server's failure, said as such.
+        let refused = |e: airlock_protocol::Error| match e.code {
+            airlock_protocol::ErrorCode::NotFound | airlock_protocol::ErrorCode::Forbidden => {
+                not_found()
+            }
+            _ => ErrorData::internal_error(e.message, None),
+        };
         let rest = uri.strip_prefix(RUN_PREFIX).ok_or_else(not_found)?;
         let (run_id, log) = match rest.strip_suffix("/log") {
             Some(id) => (id, true),
@@ -308,18 +317,10 @@ impl ServerHandler for Airlock {
             return Err(not_found());
         }
         let contents = if log {
-            let text = self
-                .svc
-                .run_log(&c, run_id)
-                .await
-                .map_err(|_| not_found())?;
+            let text = self.svc.run_log(&c, run_id).await.map_err(refused)?;
             ResourceContents::text(text, uri.clone()).with_mime_type("text/plain")
         } else {
-            let d = self
-                .svc
-                .run_detail(&c, run_id)
-                .await
-                .map_err(|_| not_found())?;
+            let d = self.svc.run_detail(&c, run_id).await.map_err(refused)?;
             let text = serde_json::to_string(&d)
                 .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
             ResourceContents::text(text, uri.clone()).with_mime_type("application/json")

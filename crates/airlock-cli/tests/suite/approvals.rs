@@ -13,12 +13,12 @@ use crate::suite::runs::{Env, Server, count_procs};
 use crate::suite::support::*;
 
 /// `airlock ARGS` as the env's user, on its data directory.
-fn cli(env: &Env, args: &[&str]) -> Output {
+pub(crate) fn cli(env: &Env, args: &[&str]) -> Output {
     env.cmd().args(args).output().unwrap()
 }
 
 /// `airlock --remote ARGS` against `s` with the owner's key.
-fn remote(env: &Env, s: &Server, args: &[&str]) -> Output {
+pub(crate) fn remote(env: &Env, s: &Server, args: &[&str]) -> Output {
     env.cmd()
         .env("AIRLOCK_SERVER", format!("http://127.0.0.1:{}", s.port))
         .env("AIRLOCK_API_KEY", s.key())

@@ -7,22 +7,9 @@ use std::process::Output;
 
 use serde_json::Value;
 
+use crate::suite::approvals::{cli as local, remote};
 use crate::suite::runs::{Env, Server};
 use crate::suite::support::*;
-
-fn local(env: &Env, args: &[&str]) -> Output {
-    env.cmd().args(args).output().unwrap()
-}
-
-fn remote(env: &Env, s: &Server, args: &[&str]) -> Output {
-    env.cmd()
-        .env("AIRLOCK_SERVER", format!("http://127.0.0.1:{}", s.port))
-        .env("AIRLOCK_API_KEY", s.key())
-        .arg("--remote")
-        .args(args)
-        .output()
-        .unwrap()
-}
 
 /// The JSON documents of stdout (one per line for JSON Lines).
 fn docs(o: &Output, what: &str) -> Vec<Value> {
