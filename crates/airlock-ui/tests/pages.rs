@@ -1,6 +1,8 @@
 //! Handler tests of the sign-in, account and overview pages (UI-1, UI-2):
 //! status, permission, CSRF refusal, escaping.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod support;
 
 use airlock_iam::Clock;
