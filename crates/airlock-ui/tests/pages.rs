@@ -170,3 +170,17 @@ async fn totp_enrolment_then_sign_in_needs_the_code() {
     .await;
     assert_eq!(location(&r), "/sign-in/mfa?next=%2Fruns");
 }
+
+#[tokio::test]
+async fn a_form_sent_after_its_session_ended_says_nothing_was_done() {
+    let h = ui().await;
+    let owner = h.bootstrap_owner().await;
+    assert_eq!(
+        form(&h, &owner, "/sign-out", &[]).await.status,
+        StatusCode::SEE_OTHER
+    );
+    let r = form(&h, &owner, "/account/totp", &[("password", PW)]).await;
+    assert_eq!(r.status, StatusCode::UNAUTHORIZED, "{}", r.text);
+    assert!(r.text.contains("nothing was done"), "{}", r.text);
+    assert_page_headers(&r);
+}
