@@ -91,32 +91,32 @@ async fn api_runs_filter_by_worker_trigger_and_time(db: Db) {
     };
     assert_eq!(
         ids(&get("worker=alpha".into()).await),
-        [a2.clone(), a1.clone()]
+        [a2.as_str(), a1.as_str()]
     );
-    assert_eq!(ids(&get("trigger=plan".into()).await), [p.clone()]);
+    assert_eq!(ids(&get("trigger=plan".into()).await), [p.as_str()]);
     assert_eq!(
         ids(&get("trigger=api&worker=beta".into()).await),
-        [b1.clone()]
+        [b1.as_str()]
     );
     assert_eq!(
         ids(&get(format!("since={mid}")).await),
-        [p.clone(), a2.clone()]
+        [p.as_str(), a2.as_str()]
     );
     assert_eq!(
         ids(&get(format!("until={mid}")).await),
-        [b1.clone(), a1.clone()]
+        [b1.as_str(), a1.as_str()]
     );
     assert_eq!(
         ids(&get(format!("until={mid}&worker=alpha")).await),
-        [a1.clone()]
+        [a1.as_str()]
     );
     assert!(ids(&get("worker=nobody".into()).await).is_empty());
     // Paging keeps the filter: one alpha run a page, then the other, then none.
     let first = get("worker=alpha&limit=1".into()).await;
-    assert_eq!(ids(&first), [a2.clone()]);
+    assert_eq!(ids(&first), [a2.as_str()]);
     let cursor = first.body["next_cursor"].as_str().unwrap().to_string();
     let second = get(format!("worker=alpha&limit=1&cursor={cursor}")).await;
-    assert_eq!(ids(&second), [a1.clone()]);
+    assert_eq!(ids(&second), [a1.as_str()]);
     let cursor = second.body["next_cursor"].as_str().unwrap().to_string();
     let third = get(format!("worker=alpha&limit=1&cursor={cursor}")).await;
     assert!(ids(&third).is_empty());
