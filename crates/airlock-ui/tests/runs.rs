@@ -486,3 +486,39 @@ fn shell_words_survive_quotes() {
     assert_eq!(airlock_ui::runs::shell_quote("it's"), r"'it'\''s'");
     assert_eq!(airlock_ui::runs::shell_quote("$HOME"), "'$HOME'");
 }
+
+#[test]
+fn markdown_is_recognised_and_log_chunks_become_clean_lines() {
+    use airlock_ui::runs::{LogLine, event_lines, looks_like_markdown};
+    assert!(looks_like_markdown("# Title\n\ntext"));
+    assert!(looks_like_markdown("intro\n- a\n- b"));
+    assert!(looks_like_markdown("steps\n1. one\n2. two"));
+    assert!(!looks_like_markdown("# not markdown on one line"));
+    assert!(!looks_like_markdown("just\ntwo lines"));
+    let e = airlock_protocol::runs::RunEvent {
+        seq: 1,
+        at: 0,
+        kind: "log".into(),
+        data: json!({"stream": "stderr", "text": "a\u{1b}[1mb\u{1b}[0m\r\n\u{2066}c\n"}),
+    };
+    assert_eq!(
+        event_lines(&e),
+        vec![
+            LogLine {
+                s: "stderr",
+                t: "ab".into()
+            },
+            LogLine {
+                s: "stderr",
+                t: "c".into()
+            }
+        ]
+    );
+    let e = airlock_protocol::runs::RunEvent {
+        seq: 2,
+        at: 0,
+        kind: "finish".into(),
+        data: json!({"state": "failed"}),
+    };
+    assert_eq!(event_lines(&e)[0].s, "meta");
+}
