@@ -480,7 +480,8 @@ struct RunPage {
     outputs: Vec<OutputView>,
     artifacts: Vec<ArtifactView>,
     lines: Vec<LogLine>,
-    omitted: usize,
+    /// Earlier lines are not on the page.
+    omitted: bool,
     /// The SSE URL, for a run not over yet (empty otherwise).
     stream: String,
     cap: usize,
@@ -555,36 +556,70 @@ fn commands(s: &AppState, headers: &HeaderMap, run: &Run) -> (String, String) {
     (curl, cli)
 }
 
-/// The last [`LOG_CAP`] lines of a run's events, how many earlier lines
-/// were left out, and the last event's sequence number.
+/// The sequence number of the first event of run `id` after `after`.
+async fn first_after(
+    s: &AppState,
+    v: &Viewer,
+    id: &str,
+    after: i64,
+) -> Result<Option<i64>, UiError> {
+    let page = s.service.run_events(&v.caller, id, after, 1).await?;
+    Ok(page.events.first().map(|e| e.seq))
+}
+
+/// Events read a window at a time, going back from the end.
+const WINDOW: i64 = 500;
+
+/// The last [`LOG_CAP`] lines of a run's events, whether earlier lines
+/// were left out, and the last event's sequence number. Reads from the
+/// end: the last event is found by bisection (sequence numbers increase),
+/// then windows of events are read backwards until the cap is reached,
+/// so a run with a huge log costs about as much as one with
+/// [`LOG_CAP`] lines.
 async fn log_tail(
     s: &AppState,
     v: &Viewer,
     id: &str,
-) -> Result<(Vec<LogLine>, usize, i64), UiError> {
-    let mut lines: VecDeque<LogLine> = VecDeque::new();
-    let mut omitted = 0usize;
-    let mut after = 0i64;
-    loop {
-        let page = s
-            .service
-            .run_events(&v.caller, id, after, airlock_protocol::MAX_PAGE)
-            .await?;
-        let Some(last) = page.events.last().map(|e| e.seq) else {
-            break;
-        };
-        for e in &page.events {
-            for l in event_lines(e) {
-                lines.push_back(l);
-                if lines.len() > LOG_CAP {
-                    lines.pop_front();
-                    omitted += 1;
-                }
-            }
-        }
-        after = last;
+) -> Result<(Vec<LogLine>, bool, i64), UiError> {
+    if first_after(s, v, id, 0).await?.is_none() {
+        return Ok((Vec::new(), false, 0));
     }
-    Ok((lines.into(), omitted, after))
+    // Invariant: an event after `lo`, none after `hi`.
+    let (mut lo, mut hi) = (0i64, WINDOW);
+    while first_after(s, v, id, hi).await?.is_some() {
+        lo = hi;
+        hi = hi.saturating_mul(2);
+    }
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        if first_after(s, v, id, mid).await?.is_some() {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    let last = first_after(s, v, id, lo).await?.unwrap_or(lo);
+    let mut windows: Vec<Vec<LogLine>> = Vec::new();
+    let (mut count, mut end) = (0usize, last);
+    while end > 0 && count < LOG_CAP {
+        let start = (end - WINDOW).max(0);
+        let page = s.service.run_events(&v.caller, id, start, WINDOW).await?;
+        let lines: Vec<LogLine> = page
+            .events
+            .iter()
+            .filter(|e| e.seq <= end)
+            .flat_map(event_lines)
+            .collect();
+        count += lines.len();
+        windows.push(lines);
+        end = start;
+    }
+    let mut lines: VecDeque<LogLine> = windows.into_iter().rev().flatten().collect();
+    let omitted = end > 0 || lines.len() > LOG_CAP;
+    while lines.len() > LOG_CAP {
+        lines.pop_front();
+    }
+    Ok((lines.into(), omitted, last))
 }
 
 fn scalar_str(v: &Value) -> String {

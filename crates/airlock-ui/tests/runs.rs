@@ -522,3 +522,49 @@ fn markdown_is_recognised_and_log_chunks_become_clean_lines() {
     };
     assert_eq!(event_lines(&e)[0].s, "meta");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_huge_log_is_capped_on_the_page_and_whole_in_the_download() {
+    let launcher = airlock_launch::RecordingLauncher::answering(|_, controls| {
+        if let Some(tx) = &controls.live_output {
+            use airlock_sandbox::output::Stream;
+            for chunk in 0..1200 {
+                let text: String = (0..5).map(|k| format!("L{}|\n", chunk * 5 + k)).collect();
+                tx.send((Stream::Stdout, text.into_bytes())).unwrap();
+            }
+        }
+        Ok(airlock_launch::Launched {
+            result: airlock_launch::fake_result(Some(0), None),
+            egress: None,
+            notices: Vec::new(),
+        })
+    });
+    let h = Harness::builder()
+        .ui(airlock_ui::router)
+        .launcher(Arc::new(launcher))
+        .build()
+        .await;
+    let owner = h.bootstrap_owner().await;
+    let id = start(&h, &owner, "hello", json!({})).await;
+    assert_eq!(finish(&h, &id).await.state.as_str(), "succeeded");
+    let r = page(&h, &owner, &format!("/runs/{id}")).await;
+    assert_eq!(r.status, StatusCode::OK);
+    let t = &r.text;
+    assert_eq!(
+        t.matches("<div class=\"line ").count(),
+        airlock_ui::runs::LOG_CAP
+    );
+    assert!(t.contains("L5999|") && !t.contains(">L0|<") && !t.contains(">L999|<"));
+    assert!(
+        t.contains(">L1000|<") || t.contains(">L1001|<"),
+        "the tail, in order"
+    );
+    assert!(t.find(">L5000|<").unwrap() < t.find(">L5999|<").unwrap());
+    assert!(
+        t.contains(r#"<p id="log-omitted" class="muted" role="status">"#),
+        "{t}"
+    );
+    let r = page(&h, &owner, &format!("/runs/{id}/log.txt")).await;
+    assert!(r.text.contains("L0|\n") && r.text.contains("L5999|\n"));
+    assert_eq!(r.text.lines().count(), 6000);
+}
