@@ -124,15 +124,16 @@ impl Filters {
         }
     }
 
-    /// The query string of the filters (no cursor, no id).
-    fn query(&self) -> String {
+    /// The query string of the filters (never the id), with `cursor`.
+    fn query(&self, cursor: Option<&str>) -> String {
         let mut q = form_urlencoded::Serializer::new(String::new());
         for (k, v) in [
-            ("state", &self.state),
+            ("state", self.state.as_str()),
             ("worker", &self.worker),
             ("trigger", &self.trigger),
             ("since", &self.since),
             ("until", &self.until),
+            ("cursor", cursor.unwrap_or("")),
         ] {
             if !v.is_empty() {
                 q.append_pair(k, v);
@@ -240,7 +241,9 @@ async fn list(
             Ok(l) => {
                 let now = s.service.now();
                 rows = l.runs.iter().map(|r| RunRow::new(r, now)).collect();
-                next = l.next_cursor.map(|c| with_query(&f.query(), "cursor", &c));
+                next = l
+                    .next_cursor
+                    .map(|c| format!("/runs?{}", f.query(Some(&c))));
             }
             Err(e) if crate::page::on_the_form(&e) && e.code != ErrorCode::Forbidden => {
                 error = e.message;
@@ -257,18 +260,11 @@ async fn list(
         Ok(l) => l.workers.into_iter().map(|w| w.id).collect(),
         Err(_) => Vec::new(),
     };
-    let mut refresh = format!("/ui/runs/rows?{}", f.query());
-    if !f.cursor.is_empty() {
-        refresh =
-            with_query(&f.query(), "cursor", &f.cursor).replacen("/runs?", "/ui/runs/rows?", 1);
-    }
-    let first = (!f.cursor.is_empty()).then(|| {
-        let q = f.query();
-        if q.is_empty() {
-            "/runs".to_string()
-        } else {
-            format!("/runs?{q}")
-        }
+    let cursor = (!f.cursor.is_empty()).then_some(f.cursor.as_str());
+    let refresh = format!("/ui/runs/rows?{}", f.query(cursor));
+    let first = cursor.map(|_| match f.query(None) {
+        q if q.is_empty() => "/runs".to_string(),
+        q => format!("/runs?{q}"),
     });
     let page = RunsPage {
         chrome: Chrome::load(&s, &v, Nav::Runs, "Runs").await,
@@ -284,18 +280,6 @@ async fn list(
         first,
     };
     Ok(render_status(status, &page))
-}
-
-/// `/runs?<query>&<k>=<v>`.
-fn with_query(query: &str, k: &str, v: &str) -> String {
-    let extra: String = form_urlencoded::Serializer::new(String::new())
-        .append_pair(k, v)
-        .finish();
-    if query.is_empty() {
-        format!("/runs?{extra}")
-    } else {
-        format!("/runs?{query}&{extra}")
-    }
 }
 
 /// The rows of the list alone, for `app.js` to refresh.
