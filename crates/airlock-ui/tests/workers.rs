@@ -611,6 +611,7 @@ async fn a_worker_without_a_manual_trigger_offers_no_form() {
     assert!(r.text.contains("0 3 * * * (UTC)"), "{}", r.text);
     let r = form(&h, &owner, "/workers/nightly/run", &[]).await;
     assert_eq!(r.status, StatusCode::CONFLICT, "{}", r.text);
+    assert!(r.text.contains("Nothing was started"), "{}", r.text);
     assert!(runs(&h, &owner).await.is_empty());
 }
 
@@ -650,4 +651,22 @@ async fn recent_runs_of_the_worker_are_listed() {
     );
     assert!(!r.text.contains(&formy_run));
     assert!(r.text.contains("This worker takes no input."));
+}
+
+#[tokio::test]
+async fn a_form_larger_than_the_limit_starts_nothing() {
+    let h = harness().await;
+    let owner = h.bootstrap_owner().await;
+    let huge = "x".repeat(2 << 20);
+    let r = form(
+        &h,
+        &owner,
+        "/workers/formy/run",
+        &[("in.notes", &huge), ("in.name", "Ada")],
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::PAYLOAD_TOO_LARGE, "{}", r.text);
+    assert_page_headers(&r);
+    assert!(r.text.contains("larger than"), "{}", r.text);
+    assert!(runs(&h, &owner).await.is_empty());
 }
