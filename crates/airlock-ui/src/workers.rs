@@ -89,6 +89,8 @@ struct FieldView {
     choices: Vec<Value>,
     max_length: Option<u64>,
     max_bytes: Option<u64>,
+    minimum: Option<f64>,
+    maximum: Option<f64>,
     required: bool,
     default: Option<Value>,
     description: String,
@@ -148,6 +150,12 @@ fn type_words(f: &FieldView) -> String {
             "at most {}",
             format::size(i64::try_from(m).unwrap_or(i64::MAX))
         ));
+    }
+    match (f.minimum, f.maximum) {
+        (Some(lo), Some(hi)) => parts.push(format!("{lo} to {hi}")),
+        (Some(lo), None) => parts.push(format!("at least {lo}")),
+        (None, Some(hi)) => parts.push(format!("at most {hi}")),
+        (None, None) => {}
     }
     if !f.choices.is_empty() {
         let c: Vec<String> = f.choices.iter().map(format::scalar).collect();
@@ -247,6 +255,9 @@ struct FormField {
     widget: &'static str,
     required: bool,
     max_length: Option<u64>,
+    /// A number's bounds, as the `min` and `max` attributes.
+    min: String,
+    max: String,
     choices: Vec<Choice>,
     /// What the control holds (text controls).
     value: String,
@@ -346,6 +357,8 @@ fn form_fields(m: &ManifestView, values: &Values) -> Vec<FormField> {
                 widget,
                 required: f.required && f.default.is_none(),
                 max_length: f.max_length,
+                min: f.minimum.map(|n| n.to_string()).unwrap_or_default(),
+                max: f.maximum.map(|n| n.to_string()).unwrap_or_default(),
                 choices,
                 value,
                 checked,

@@ -42,6 +42,13 @@ type = "boolean"
 default = false
 description = "Loudly"
 
+[inputs.ratio]
+type = "number"
+minimum = 0
+maximum = 2.5
+required = false
+description = "A bounded number"
+
 [inputs.colour]
 type = "string"
 enum = ["red", "green", "blue"]
@@ -395,6 +402,21 @@ async fn errors_are_shown_beside_fields_with_what_was_typed_kept() {
     assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.text);
     assert!(r.text.contains(r#"id="in-name-error">"#), "{}", r.text);
     assert!(r.text.contains(&long), "kept");
+    // A number outside its bounds.
+    let r = form(
+        &h,
+        &owner,
+        "/workers/formy/run",
+        &[("in.name", "Ada"), ("in.ratio", "7")],
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.text);
+    assert!(
+        r.text
+            .contains(r#"id="in-ratio-error">7 is above the maximum 2.5"#),
+        "{}",
+        r.text
+    );
     // A value not among the choices.
     let r = form(
         &h,
