@@ -288,11 +288,20 @@ impl FormField {
     }
 }
 
-/// A value as the text a form control holds.
+/// A value as the text a form control holds. Numbers read the same
+/// whichever way they were stored (`2`, not `2.0`), so an enum choice and
+/// a run's input compare equal.
 fn as_text(v: &Value) -> String {
     match v {
         Value::String(s) => s.clone(),
         Value::Null => String::new(),
+        Value::Number(n) => match n.as_f64() {
+            // Whole numbers well inside f64's exact range print without
+            // a fraction; the cast cannot truncate them.
+            #[allow(clippy::cast_possible_truncation)]
+            Some(f) if f.fract() == 0.0 && f.abs() < 1e15 => (f as i64).to_string(),
+            _ => n.to_string(),
+        },
         other => other.to_string(),
     }
 }
@@ -364,7 +373,7 @@ fn form_fields(m: &ManifestView, values: &Values) -> Vec<FormField> {
                 checked,
                 description: format::strip_ansi(&f.description),
                 type_words: type_words(f),
-                default: f.default.as_ref().map(format::scalar).unwrap_or_default(),
+                default: f.default.as_ref().map(as_text).unwrap_or_default(),
                 error: String::new(),
             }
         })
@@ -837,7 +846,11 @@ async fn run(
         })
         .collect();
     let key = sent_key(&p.fields);
-    let from = field(&p.fields, "_from").unwrap_or("").to_string();
+    // Only shown again as a link to the run: kept only if it looks like an id.
+    let from = field(&p.fields, "_from")
+        .filter(|f| f.len() <= 64 && f.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_'))
+        .unwrap_or("")
+        .to_string();
     let again = |errors: BTreeMap<String, String>, error: String, key: String| {
         let mut fields = form_fields(&m, &Values::Sent(raw.clone()));
         for f in &mut fields {

@@ -61,6 +61,12 @@ enum = ["xs", "s", "m", "l", "xl", "xxl"]
 required = false
 description = "A size"
 
+[inputs.level]
+type = "number"
+enum = [1, 2.5, 3]
+default = 3
+description = "A level"
+
 [inputs.doc]
 type = "json"
 required = false
@@ -324,7 +330,7 @@ async fn sending_the_form_starts_a_typed_run_and_redirects_to_it() {
     assert_eq!(run["trigger"], "ui");
     assert_eq!(
         run["input"],
-        json!({"name": "Ada", "times": 3, "shout": true, "colour": "blue", "doc": {"a": [1, 2.5]}})
+        json!({"name": "Ada", "times": 3, "shout": true, "colour": "blue", "level": 3, "doc": {"a": [1, 2.5]}})
     );
     // An unchecked box sends nothing: false. A decimal stays a number.
     let r = form(
@@ -540,7 +546,7 @@ async fn a_form_without_its_token_or_from_another_site_starts_nothing() {
 async fn edit_and_rerun_prefills_from_an_earlier_run() {
     let h = harness().await;
     let owner = h.bootstrap_owner().await;
-    let input = json!({"name": "Grace \"<H>\"", "times": 7, "shout": true, "colour": "red", "size": "xl", "doc": {"k": [1]}});
+    let input = json!({"name": "Grace \"<H>\"", "level": 1, "times": 7, "shout": true, "colour": "red", "size": "xl", "doc": {"k": [1]}});
     let r = h
         .call(
             &owner,
@@ -559,6 +565,7 @@ async fn edit_and_rerun_prefills_from_an_earlier_run() {
     assert!(t.contains(r#"name="in.shout" value="true" checked"#), "{t}");
     assert!(t.contains(r#"value="red" checked"#), "{t}");
     assert!(t.contains(r#"<option value="xl" selected>"#), "{t}");
+    assert!(t.contains(r#"name="in.level" value="1" checked"#), "{t}");
     assert!(t.contains("&#34;k&#34;"), "{t}");
     assert!(t.contains(&format!(r#"name="_from" value="{run_id}""#)));
     // Sending it starts a second run with the same input.
@@ -574,6 +581,7 @@ async fn edit_and_rerun_prefills_from_an_earlier_run() {
             ("in.shout", "true"),
             ("in.colour", "red"),
             ("in.size", "xl"),
+            ("in.level", "1"),
             ("in.doc", "{\"k\": [1]}"),
         ],
     )
