@@ -176,6 +176,8 @@ struct WorkerCard {
     triggers: String,
     approval: bool,
     inputs: usize,
+    /// Started by hand (the catalog links its run form).
+    manual: bool,
 }
 
 #[derive(Debug)]
@@ -190,6 +192,7 @@ struct CatalogPage {
     chrome: Chrome,
     workers: Vec<WorkerCard>,
     errors: Vec<LoadErrorRow>,
+    may_start: bool,
 }
 
 fn trigger_words(m: &ManifestView) -> String {
@@ -212,6 +215,7 @@ async fn catalog(State(s): State<AppState>, v: Viewer) -> Result<Response, UiErr
                 triggers: trigger_words(&m),
                 approval: m.approvals.required,
                 inputs: m.inputs.len(),
+                manual: m.manual(),
             }
         })
         .collect();
@@ -228,6 +232,7 @@ async fn catalog(State(s): State<AppState>, v: Viewer) -> Result<Response, UiErr
         chrome: Chrome::load(&s, &v, Nav::Workers, "Workers").await,
         workers,
         errors,
+        may_start: v.caller.may(Operation::StartRuns),
     }))
 }
 
@@ -414,7 +419,14 @@ fn new_key(v: &Viewer, worker: &str) -> String {
         .map(|d| d.as_nanos())
         .unwrap_or(0);
     let mut h = Sha256::new();
-    h.update(format!("{}\n{worker}\n{t}\n{n}\n{}", v.csrf, std::process::id()).as_bytes());
+    h.update(
+        format!(
+            "{}\n{worker}\n{t}\n{n}\n{}",
+            v.caller.workspace,
+            std::process::id()
+        )
+        .as_bytes(),
+    );
     let hex: String = h
         .finalize()
         .iter()

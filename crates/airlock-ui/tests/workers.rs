@@ -169,11 +169,17 @@ async fn the_catalog_lists_workers_escaped() {
     assert!(r.text.contains(r#"href="/workers/nightly""#));
     assert!(r.text.contains("manual, webhook"));
     assert!(r.text.contains(r#"aria-current="page">Workers"#));
+    assert!(r.text.contains(r#"href="/workers/formy/run""#));
+    assert!(
+        !r.text.contains(r#"href="/workers/nightly/run""#),
+        "no form for a worker only a schedule starts"
+    );
     // A viewer sees the catalog too.
     let viewer = h.member(&owner, "vera", "viewer").await;
     let r = page(&h, &viewer, "/workers").await;
     assert_eq!(r.status, StatusCode::OK);
     assert!(r.text.contains(r#"href="/workers/formy""#));
+    assert!(!r.text.contains(r#"href="/workers/formy/run""#));
 }
 
 #[tokio::test]
