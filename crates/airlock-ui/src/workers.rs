@@ -161,7 +161,7 @@ fn type_words(f: &FieldView) -> String {
         let c: Vec<String> = f.choices.iter().map(format::scalar).collect();
         parts.push(format!("one of {}", format::clip(&c.join(", "), 300)));
     }
-    parts.join(", ")
+    format::strip_ansi(&parts.join(", "))
 }
 
 // ---------------------------------------------------------------------------
@@ -242,7 +242,10 @@ async fn catalog(State(s): State<AppState>, v: Viewer) -> Result<Response, UiErr
 /// One choice of an enum field.
 #[derive(Debug, Clone)]
 struct Choice {
+    /// Sent back exactly as declared.
     value: String,
+    /// What a person reads: the value without terminal escapes.
+    label: String,
     selected: bool,
 }
 
@@ -360,6 +363,7 @@ fn form_fields(m: &ManifestView, values: &Values) -> Vec<FormField> {
                     let v = as_text(c);
                     Choice {
                         selected: v == value,
+                        label: format::strip_ansi(&v),
                         value: v,
                     }
                 })
