@@ -382,7 +382,7 @@ fn form_fields(m: &ManifestView, values: &Values) -> Vec<FormField> {
                 checked,
                 description: format::strip_ansi(&f.description),
                 type_words: type_words(f),
-                default: f.default.as_ref().map(as_text).unwrap_or_default(),
+                default: format::strip_ansi(&f.default.as_ref().map(as_text).unwrap_or_default()),
                 error: String::new(),
             }
         })
@@ -531,7 +531,7 @@ fn io_rows(fields: &BTreeMap<String, FieldView>, inputs: bool) -> Vec<IoRow> {
             } else {
                 "no".into()
             },
-            default: f.default.as_ref().map(format::scalar).unwrap_or_default(),
+            default: format::strip_ansi(&f.default.as_ref().map(as_text).unwrap_or_default()),
             description: format::strip_ansi(&f.description),
         })
         .collect()

@@ -67,6 +67,12 @@ enum = [1, 2.5, 3]
 default = 3
 description = "A level"
 
+[inputs.motto]
+type = "string"
+max_length = 50
+default = "\u001b[1m<i>hi</i>"
+description = "A default with an escape"
+
 [inputs.doc]
 type = "json"
 required = false
@@ -292,6 +298,12 @@ async fn the_form_has_a_control_per_declared_type() {
         "{t}"
     );
     assert!(
+        t.contains(r#"<input type="number" id="in-ratio" name="in.ratio" value="" step="any" inputmode="decimal" min="0" max="2.5""#),
+        "{t}"
+    );
+    assert!(t.contains("(number, 0 to 2.5)"), "{t}");
+    assert!(t.contains("default &#60;i&#62;hi&#60;/i&#62;)"), "{t}");
+    assert!(
         t.contains(
             r#"<input type="checkbox" id="in-shout" name="in.shout" value="true" aria-describedby"#
         ),
@@ -351,7 +363,7 @@ async fn sending_the_form_starts_a_typed_run_and_redirects_to_it() {
     assert_eq!(run["trigger"], "ui");
     assert_eq!(
         run["input"],
-        json!({"name": "Ada", "times": 3, "shout": true, "colour": "blue", "level": 3, "doc": {"a": [1, 2.5]}})
+        json!({"name": "Ada", "times": 3, "shout": true, "colour": "blue", "level": 3, "motto": "\u{1b}[1m<i>hi</i>", "doc": {"a": [1, 2.5]}})
     );
     // An unchecked box sends nothing: false. A decimal stays a number.
     let r = form(
