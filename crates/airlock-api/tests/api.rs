@@ -694,3 +694,37 @@ async fn api_3_html_and_svg_artifacts_are_never_rendered_on_this_origin() {
     assert_eq!(r.status, StatusCode::OK, "{}", r.text);
     assert_eq!(r.headers["content-type"], "text/plain; charset=utf-8");
 }
+
+/// KEY-4: the secrets list names what workers declare, set or not: a
+/// declared name not set yet is version 0 with the workers that use it,
+/// and a set one keeps its workers after it is stored.
+#[tokio::test]
+async fn key_4_declared_secrets_are_listed_as_missing_until_set() {
+    let mailer = format!("{HELLO}\n[secrets]\nnames = [\"MAIL_TOKEN\"]\n");
+    let h = Harness::builder()
+        .worker("hello", &mailer, ECHO)
+        .build()
+        .await;
+    let owner = h.bootstrap_owner().await;
+    let r = h.call(&owner, "GET", "/v1/secrets", None).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert_eq!(
+        r.body["secrets"],
+        json!([{"name": "MAIL_TOKEN", "version": 0, "updated_at": 0,
+                "last_used_at": null, "used_by": ["hello"]}])
+    );
+    let r = h
+        .call(
+            &owner,
+            "PUT",
+            "/v1/secrets/MAIL_TOKEN",
+            Some(json!({"value": "v-123"})),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    let r = h.call(&owner, "GET", "/v1/secrets", None).await;
+    let list = r.body["secrets"].as_array().unwrap();
+    assert_eq!(list.len(), 1, "{}", r.body);
+    assert_eq!(list[0]["version"], 1);
+    assert_eq!(list[0]["used_by"], json!(["hello"]));
+}
