@@ -234,18 +234,22 @@ fn taint_of(decision: Option<&serde_json::Value>) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// The policy's verdict on an action and its reasons, as one line.
 fn verdict_of(decision: Option<&serde_json::Value>) -> String {
-    match decision {
-        None => String::new(),
-        Some(d) => {
-            let v = d
-                .get("verdict")
-                .or_else(|| d.get("decision"))
-                .map(format::scalar)
-                .unwrap_or_else(|| format::clip(&d.to_string(), 200));
-            format::strip_ansi(&v)
-        }
-    }
+    let Some(d) = decision else {
+        return String::new();
+    };
+    let verdict = d.get("verdict").map(format::scalar).unwrap_or_default();
+    let reasons: Vec<String> = d["detail"]["reasons"]
+        .as_array()
+        .map(|l| l.iter().map(format::scalar).collect())
+        .unwrap_or_default();
+    let line = if reasons.is_empty() {
+        verdict
+    } else {
+        format!("{verdict}: {}", reasons.join("; "))
+    };
+    format::clip(&format::strip_ansi(&line), 300)
 }
 
 async fn detail_page(
@@ -554,4 +558,31 @@ async fn resume(
     }
     s.service.emergency_resume(&v.caller).await?;
     Ok(see_other(&back))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn an_actions_decision_reads_as_verdict_reasons_and_taint() {
+        let d = json!({
+            "verdict": "require_approval",
+            "detail": {
+                "reasons": ["sends data out", "context tainted"],
+                "tainted_by": ["the contents of file page.html", "\u{1b}[31mred"],
+            }
+        });
+        assert_eq!(
+            verdict_of(Some(&d)),
+            "require_approval: sends data out; context tainted"
+        );
+        assert_eq!(
+            taint_of(Some(&d)),
+            vec!["the contents of file page.html".to_string(), "red".into()]
+        );
+        assert_eq!(verdict_of(None), "");
+        assert!(taint_of(Some(&json!({"verdict": "allow"}))).is_empty());
+    }
 }
