@@ -558,12 +558,20 @@ struct AuditPage {
     rows: Vec<EventRow>,
     earlier: String,
     later: String,
+    /// The filters as typed.
+    event_type: String,
+    actor: String,
+    filtered: bool,
 }
 
 #[derive(Debug, Deserialize)]
 struct AuditQuery {
     #[serde(default)]
     after: Option<String>,
+    #[serde(default)]
+    event_type: Option<String>,
+    #[serde(default)]
+    actor: Option<String>,
 }
 
 const AUDIT_PAGE: i64 = 100;
@@ -638,17 +646,35 @@ async fn audit(
             },
         )
     };
+    let event_type = q.event_type.unwrap_or_default().trim().to_string();
+    let actor = q.actor.unwrap_or_default().trim().to_string();
+    let filtered = !event_type.is_empty() || !actor.is_empty();
     let after = match q.after.as_deref() {
-        None | Some("") => {
+        // Unfiltered, the latest page; filtered, from the start.
+        None | Some("") if !filtered => {
             let total = i64::try_from(check.events.unwrap_or(0)).unwrap_or(0);
             (total - AUDIT_PAGE).max(0)
         }
+        None | Some("") => 0,
         Some(a) => a.parse::<i64>().map_err(|_| {
             UiError::Page(Error::new(
                 ErrorCode::InvalidQuery,
                 "after must be a whole number",
             ))
         })?,
+    };
+    // People are filtered by name; events name them by user id.
+    let actor_id = if actor.is_empty() {
+        None
+    } else {
+        let members = s.service.list_members(&v.caller).await;
+        Some(
+            members
+                .ok()
+                .and_then(|l| l.members.into_iter().find(|m| m.username == actor))
+                .map(|m| m.user_id)
+                .unwrap_or_else(|| actor.clone()),
+        )
     };
     let page = s
         .service
@@ -657,26 +683,40 @@ async fn audit(
             &ListAudit {
                 after: Some(after),
                 limit: Some(AUDIT_PAGE),
+                event_type: (!event_type.is_empty()).then(|| event_type.clone()),
+                actor: actor_id,
             },
         )
         .await?;
     let mut rows: Vec<EventRow> = page.events.iter().map(event_row).collect();
-    // Newest first on the page.
-    rows.reverse();
+    // Newest first on the latest pages; a filtered search reads forward.
+    if !filtered {
+        rows.reverse();
+    }
+    let filters = if filtered {
+        format!("&event_type={}&actor={}", enc(&event_type), enc(&actor))
+    } else {
+        String::new()
+    };
     Ok(render(&AuditPage {
         chrome: Chrome::load(&s, &v, Nav::Audit, "Audit log").await,
         verified,
         verification,
         may_export: v.caller.may(Operation::ExportAudit),
         rows,
-        earlier: if after > 0 {
+        // Filtered pages only go on (a filtered page holds the matches
+        // of the events read, so there is no fixed step back).
+        earlier: if after > 0 && !filtered {
             format!("/audit?after={}", (after - AUDIT_PAGE).max(0))
         } else {
             String::new()
         },
         later: page
             .next_cursor
-            .map(|c| format!("/audit?after={c}"))
+            .map(|c| format!("/audit?after={c}{filters}"))
             .unwrap_or_default(),
+        event_type,
+        actor,
+        filtered,
     }))
 }

@@ -202,6 +202,7 @@ struct DetailPage {
     a: ApprovalRow,
     payload: String,
     hash: String,
+    run_actor: String,
     full_reason: String,
     action_id: String,
     /// The content that tainted the agent's context when it asked (from
@@ -289,6 +290,7 @@ async fn detail_page(
         chrome: Chrome::load(s, v, Nav::Approvals, title).await,
         payload: format::strip_ansi(&format::json(&a.payload)),
         hash: a.payload_hash.clone(),
+        run_actor: name_of(&names, &a.run_actor),
         full_reason: format::strip_ansi(a.reason.as_deref().unwrap_or("")),
         action_id: a.action_id.clone().unwrap_or_default(),
         tainted_by,

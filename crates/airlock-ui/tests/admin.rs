@@ -393,3 +393,35 @@ async fn a_key_made_on_the_page_is_shown_once_works_and_is_revoked() {
         "no revoke button on a revoked key"
     );
 }
+
+#[tokio::test]
+async fn the_audit_log_filters_by_type_and_actor_and_escapes_them() {
+    let h = harness().await;
+    let owner = h.bootstrap_owner().await;
+    h.member(&owner, "vic", "viewer").await;
+    let r = form(&h, &owner, "/keys", &[("name", "k")]).await;
+    assert_eq!(r.status, StatusCode::OK);
+    let r = page(&h, &owner, "/audit?event_type=api_key.*&actor=owner").await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert_page_headers(&r);
+    assert_no_inline_code(&r.text);
+    assert!(r.text.contains("api_key.created"), "{}", r.text);
+    assert!(!r.text.contains("member.added"), "{}", r.text);
+    assert!(r.text.contains(r#"value="api_key.*""#));
+    let r = page(&h, &owner, "/audit?event_type=member.added").await;
+    assert!(r.text.contains("member.added") && !r.text.contains("api_key.created"));
+    let r = page(&h, &owner, "/audit?actor=vic").await;
+    assert!(r.text.contains("No events match"), "{}", r.text);
+    let r = page(
+        &h,
+        &owner,
+        "/audit?event_type=%3Cscript%3Ealert(1)%3C%2Fscript%3E",
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert!(!r.text.contains("<script>alert(1)"));
+    assert!(r.text.contains("&#60;script&#62;alert(1)"));
+    let long = "x".repeat(200);
+    let r = page(&h, &owner, &format!("/audit?actor={long}")).await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+}
