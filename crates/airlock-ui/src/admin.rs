@@ -152,12 +152,22 @@ async fn secrets_page(
     })
 }
 
+#[derive(Debug, Deserialize)]
+struct SecretsQuery {
+    #[serde(default)]
+    done: Option<String>,
+    /// A name to prefill the form with (the row's "set" or "rotate" link).
+    #[serde(default)]
+    name: Option<String>,
+}
+
 async fn secrets(
     State(s): State<AppState>,
     v: Viewer,
-    Query(q): Query<DoneQuery>,
+    Query(q): Query<SecretsQuery>,
 ) -> Result<Response, UiError> {
-    let mut p = secrets_page(&s, &v, String::new(), String::new()).await?;
+    let name = format::clip(q.name.as_deref().unwrap_or(""), 64);
+    let mut p = secrets_page(&s, &v, name, String::new()).await?;
     p.chrome = p.chrome.with_notice(notice_of(q.done.as_deref()));
     Ok(render(&p))
 }

@@ -130,6 +130,21 @@ async fn a_secret_is_write_only_and_its_value_is_never_in_any_page() {
     }
     let r = page(&h, &owner, "/secrets?done=secret-saved").await;
     assert!(r.text.contains("set (version 2)"), "{}", r.text);
+    assert!(
+        r.text
+            .contains(r#"href="/secrets?name=API_TOKEN#set-h">Rotate"#)
+    );
+    let r = page(&h, &owner, "/secrets?name=API_TOKEN").await;
+    assert!(
+        r.text.contains(r#"name="name" value="API_TOKEN""#),
+        "{}",
+        r.text
+    );
+    assert!(
+        r.text
+            .contains(r#"aria-describedby="secret-value-help"></textarea>"#),
+        "an empty value field"
+    );
     for path in PAGES {
         let r = page(&h, &owner, path).await;
         assert_eq!(r.status, StatusCode::OK, "{path}");
