@@ -27,7 +27,14 @@ the last byte of the body), and the body size, for
   lines; the rest is the full-log download);
 - `GET /runs/{id}/log.txt` (the full log).
 
-Prints a Markdown table on stdout; progress on stderr. Standard library
+With Chromium and chromedriver installed (`--no-browser` to skip), the
+same pages are then loaded in headless Chromium through WebDriver, `-b`
+times each, and the browser's Navigation Timing is read: time to first
+byte as the browser saw it, DOM interactive (the HTML parsed), and
+DOMContentLoaded end (the deferred `app.js` has run, so the page is
+interactive), all from the start of navigation.
+
+Prints Markdown tables on stdout; progress on stderr. Standard library
 only. All traffic is on 127.0.0.1.
 """
 
@@ -165,12 +172,62 @@ def measure(port: int, path: str, headers: dict, n: int) -> dict:
             "total_med": statistics.median(total), "total_p90": q(total, 0.9), "bytes": size}
 
 
+class WebDriver:
+    """Just enough of the W3C WebDriver protocol, over urllib."""
+
+    def __init__(self, port: int):
+        import urllib.request
+        self.urllib = urllib.request
+        self.base = f"http://127.0.0.1:{port}"
+        self.profile = tempfile.mkdtemp(prefix="airlock-bench-chromium-")
+        caps = {"capabilities": {"alwaysMatch": {"browserName": "chrome", "goog:chromeOptions": {
+            "binary": "/usr/bin/chromium",
+            "args": ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+                     "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                     f"--user-data-dir={self.profile}", "--window-size=1280,900"]}}}}
+        self.session = self.cmd("POST", "/session", caps)["sessionId"]
+
+    def cmd(self, method: str, path: str, body=None):
+        data = json.dumps(body if body is not None else {}).encode() if method == "POST" else None
+        req = self.urllib.Request(self.base + path, data=data, method=method,
+                                  headers={"Content-Type": "application/json"})
+        with self.urllib.urlopen(req, timeout=300) as r:
+            return json.loads(r.read())["value"]
+
+    def s(self, method: str, path: str, body=None):
+        return self.cmd(method, f"/session/{self.session}{path}", body)
+
+    def close(self):
+        try:
+            self.cmd("DELETE", f"/session/{self.session}")
+        finally:
+            shutil.rmtree(self.profile, ignore_errors=True)
+
+
+def measure_browser(wd: WebDriver, url: str, n: int) -> dict:
+    keys = ("ttfb", "interactive", "dcl", "nodes")
+    got = {k: [] for k in keys}
+    for i in range(n + 1):
+        wd.s("POST", "/url", {"url": url})
+        t = wd.s("POST", "/execute/sync", {"script": (
+            "const e = performance.getEntriesByType('navigation')[0];"
+            "return [e.responseStart - e.startTime, e.domInteractive - e.startTime,"
+            " e.domContentLoadedEventEnd - e.startTime, document.getElementsByTagName('*').length];"),
+            "args": []})
+        if i >= 1:
+            for k, v in zip(keys, t):
+                got[k].append(v)
+    return {k: statistics.median(v) for k, v in got.items()}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--binary", default=str(REPO / "target" / "release" / "airlock"))
     ap.add_argument("--runs", type=int, default=10_000)
     ap.add_argument("--lines", type=int, default=100_000)
     ap.add_argument("-n", type=int, default=30, help="samples per figure")
+    ap.add_argument("-b", type=int, default=5, help="browser loads per page")
+    ap.add_argument("--no-browser", action="store_true", help="skip the Chromium measurements")
     a = ap.parse_args()
     root = Path(tempfile.mkdtemp(prefix="airlock-bench-ui-"))
     for w in ("trivial", "rare"):
@@ -224,6 +281,39 @@ def main() -> int:
             print(f"| {label} | {m['ttfb_med']:.1f} | {m['ttfb_p90']:.1f} | {m['total_med']:.1f} | "
                   f"{m['total_p90']:.1f} | {m['bytes'] / 1024:.0f} KiB |", flush=True)
         print(f"\n{a.n} samples each after 5 warm-up; {os.cpu_count()} CPUs; binary {a.binary}", file=sys.stderr)
+        if a.no_browser or not (Path("/usr/bin/chromedriver").exists() and Path("/usr/bin/chromium").exists()):
+            print("browser measurements skipped (no chromium/chromedriver, or --no-browser)", file=sys.stderr)
+            return 0
+        dport = free_port()
+        driver = subprocess.Popen(["/usr/bin/chromedriver", f"--port={dport}"],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            for _ in range(200):
+                try:
+                    socket.create_connection(("127.0.0.1", dport), timeout=1).close()
+                    break
+                except OSError:
+                    time.sleep(0.05)
+            wd = WebDriver(dport)
+            try:
+                origin = f"http://127.0.0.1:{port}"
+                wd.s("POST", "/url", {"url": origin + "/sign-in"})
+                name, value = cookie.split(";")[0].split("=", 1)
+                wd.s("POST", "/cookie", {"cookie": {"name": name, "value": value, "path": "/", "httpOnly": True}})
+                print(f"\n| page in Chromium (median of {a.b}) | TTFB ms | DOM interactive ms "
+                      "| DOMContentLoaded end ms | elements |")
+                print("|---|---|---|---|---|")
+                for label, path in cases:
+                    if path.endswith("log.txt"):
+                        continue
+                    print(f"loading {path} in Chromium …", file=sys.stderr)
+                    m = measure_browser(wd, origin + path, a.b)
+                    print(f"| {label} | {m['ttfb']:.1f} | {m['interactive']:.1f} | {m['dcl']:.1f} | "
+                          f"{m['nodes']:.0f} |", flush=True)
+            finally:
+                wd.close()
+        finally:
+            driver.kill()
         return 0
     finally:
         stop(server)
