@@ -138,6 +138,17 @@ pub fn clip(s: &str, max: usize) -> String {
     }
 }
 
+/// A heading level two below `l` (at most `<h6>`).
+fn demoted(l: pulldown_cmark::HeadingLevel) -> pulldown_cmark::HeadingLevel {
+    use pulldown_cmark::HeadingLevel::*;
+    match l {
+        H1 => H3,
+        H2 => H4,
+        H3 => H5,
+        _ => H6,
+    }
+}
+
 /// Markdown as HTML that is safe to put in a page: raw HTML (blocks and
 /// inline) is shown as text, links and images keep only `http`, `https`,
 /// `mailto` and same-page targets, and images are shown as their text
@@ -156,6 +167,19 @@ pub fn markdown(src: &str) -> String {
             Event::Html(t) | Event::InlineHtml(t) => Some(Event::Text(t)),
             // An image's alt text stays, as text.
             Event::Start(Tag::Image { .. }) | Event::End(TagEnd::Image) => None,
+            // Headings sit under the page's own: `#` becomes an `<h3>`.
+            Event::Start(Tag::Heading {
+                level,
+                id,
+                classes,
+                attrs,
+            }) => Some(Event::Start(Tag::Heading {
+                level: demoted(level),
+                id,
+                classes,
+                attrs,
+            })),
+            Event::End(TagEnd::Heading(level)) => Some(Event::End(TagEnd::Heading(demoted(level)))),
             Event::Start(Tag::Link {
                 link_type,
                 dest_url,
@@ -203,6 +227,7 @@ mod tests {
         assert!(html.contains("&lt;script&gt;"), "{html}");
         assert!(html.contains(r#"href="https://example.com""#), "{html}");
         assert!(!html.contains("<img"), "{html}");
+        assert!(html.contains("<h3>T</h3>"), "{html}");
     }
 
     #[test]

@@ -232,7 +232,7 @@ async fn a_finished_runs_page_shows_outputs_artifacts_and_an_escaped_log() {
     // Outputs: scalars as text, Markdown rendered safely.
     assert!(t.contains("<dt>count</dt>"));
     assert!(t.contains("&#60;b&#62;bold&#60;/b&#62;"), "{t}");
-    assert!(t.contains("<h1>Report</h1>"), "{t}");
+    assert!(t.contains("<h3>Report</h3>"), "{t}");
     assert!(t.contains("<li>&lt;script&gt;x&lt;/script&gt;"), "{t}");
     // Artifacts, linked to the interface's download route.
     assert!(t.contains(&format!("href=\"/runs/{id}/artifacts/page.html\"")));
