@@ -1,5 +1,6 @@
 mod agents;
 mod approvals;
+mod browser;
 mod docs;
 mod egress;
 mod iam;
