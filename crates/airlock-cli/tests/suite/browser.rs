@@ -622,11 +622,50 @@ fn browser_harness_finds_what_it_must() {
         json!("csp"),
         "the inline script ran despite the CSP"
     );
+    wait_reports(&server, 1);
+
+    // A page under a strict policy (the UI's kind): running axe there sends
+    // no report (its scan must not count against a page), while an inline
+    // script a test inserts with `execute` is refused and reported (a test
+    // can plant a violation on a real page that way).
+    let csp = format!(
+        "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
+         connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'; \
+         report-uri {}/ui/csp-report",
+        server.base_url()
+    );
+    let port = serve_page(
+        csp,
+        "<!doctype html><html lang=en><head><title>strict</title></head><body><main>\
+         <h1>Strict</h1><p>Plain text.</p><form><label for=f>Field</label><input id=f name=f>\
+         <button>Go</button></form></main></body></html>",
+    );
+    b.goto(&format!("http://127.0.0.1:{port}/"));
+    b.assert_accessible("the strict control page");
+    b.execute(
+        "const s = document.createElement('script'); s.textContent = 'document.title = \"ran\"'; \
+         document.body.appendChild(s); return null;",
+        vec![],
+    );
+    assert_eq!(b.execute("return document.title;", vec![]), json!("strict"));
+    wait_reports(&server, 2);
+    // A second later still two: the axe scan sent none.
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(
+        csp_reports(&server.log_text()),
+        2,
+        "more CSP reports than the two planted violations: {}",
+        server.log_text()
+    );
+}
+
+/// Waits until `server`'s log shows `n` CSP reports (hang guard).
+pub(crate) fn wait_reports(server: &Server, n: usize) {
     let deadline = Instant::now() + HANG_GUARD;
-    while csp_reports(&server.log_text()) == 0 {
+    while csp_reports(&server.log_text()) < n {
         assert!(
             Instant::now() < deadline,
-            "no CSP report reached the server: {}",
+            "fewer than {n} CSP reports reached the server: {}",
             server.log_text()
         );
         std::thread::sleep(Duration::from_millis(100));
