@@ -299,11 +299,12 @@ impl Browser {
 
     /// Waits until the JavaScript expression `js` is truthy (hang guard:
     /// [`HANG_GUARD`]). `what` names the condition in a failure.
+    /// A script that fails (the page is navigating) counts as not yet.
     pub(crate) fn wait_until(&self, what: &str, js: &str) {
         let script = format!("return !!({js});");
         let deadline = Instant::now() + HANG_GUARD;
         loop {
-            if self.execute(&script, vec![]) == Value::Bool(true) {
+            if self.try_execute(&script).ok() == Some(Value::Bool(true)) {
                 return;
             }
             assert!(
@@ -319,6 +320,38 @@ impl Browser {
     pub(crate) fn execute(&self, script: &str, args: Vec<Value>) -> Value {
         self.block(|c| async move { c.execute(script, args).await })
             .unwrap_or_else(|e| panic!("script failed on {}: {e}", self.url()))
+    }
+
+    /// Runs `script`; an error (the page navigating away, a script error)
+    /// is returned, not a failure.
+    pub(crate) fn try_execute(&self, script: &str) -> Result<Value, String> {
+        self.block(|c| async move { c.execute(script, vec![]).await })
+            .map_err(|e| e.to_string())
+    }
+
+    /// The path and query of the current page.
+    pub(crate) fn path(&self) -> String {
+        let u = self
+            .block(|c| async move { c.current_url().await })
+            .unwrap_or_else(|e| panic!("no current url: {e}"));
+        match u.query() {
+            Some(q) => format!("{}?{q}", u.path()),
+            None => u.path().to_string(),
+        }
+    }
+
+    /// Sets a cookie for the current page's origin (path `/`).
+    pub(crate) fn set_cookie(&self, name: &str, value: &str) {
+        let mut c = fantoccini::cookies::Cookie::new(name.to_string(), value.to_string());
+        c.set_path("/");
+        self.block(|cl| async move { cl.add_cookie(c).await })
+            .unwrap_or_else(|e| panic!("set cookie {name}: {e}"));
+    }
+
+    /// Loads the current page again.
+    pub(crate) fn refresh(&self) {
+        self.block(|c| async move { c.refresh().await })
+            .unwrap_or_else(|e| panic!("refresh {}: {e}", self.url()));
     }
 
     /// Runs `script`, which calls its last argument with the result.
