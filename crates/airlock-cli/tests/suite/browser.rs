@@ -43,6 +43,8 @@ pub(crate) const HANG_GUARD: Duration = Duration::from_secs(60);
 pub(crate) struct Browser {
     rt: tokio::runtime::Runtime,
     client: Option<Client>,
+    /// Pages run no script of their own ([`Browser::start_without_javascript`]).
+    no_javascript: bool,
     driver: Child,
     /// The profile (`--user-data-dir`) and chromedriver's log.
     dir: tempfile::TempDir,
@@ -84,6 +86,19 @@ impl Browser {
     /// [`SKIP_BROWSER`] is set (the test then returns, skipped out loud).
     /// Missing without the variable, the test fails naming `scripts/test`.
     pub(crate) fn start() -> Option<Self> {
+        Self::start_with(true)
+    }
+
+    /// A new browser whose pages run no JavaScript: what a form does
+    /// without `app.js`. WebDriver's own scripts still run, and [`axe`]
+    /// turns page scripts on for its scan only (its timers need them).
+    ///
+    /// [`axe`]: Browser::axe
+    pub(crate) fn start_without_javascript() -> Option<Self> {
+        Self::start_with(false)
+    }
+
+    fn start_with(javascript: bool) -> Option<Self> {
         let missing: Vec<&str> = [CHROMIUM, CHROMEDRIVER]
             .into_iter()
             .filter(|p| !Path::new(p).exists())
@@ -121,6 +136,7 @@ impl Browser {
         let mut b = Self {
             rt,
             client: None,
+            no_javascript: !javascript,
             driver,
             dir,
         };
@@ -179,7 +195,30 @@ impl Browser {
             .await
         })
         .unwrap();
+        if !javascript {
+            b.page_scripts(false);
+        }
         Some(b)
+    }
+
+    /// Turns the pages' own scripts off or on (DevTools'
+    /// `Emulation.setScriptExecutionDisabled`, which lasts across
+    /// navigations of the tab).
+    fn page_scripts(&self, on: bool) {
+        self.cdp(
+            "Emulation.setScriptExecutionDisabled",
+            json!({ "value": !on }),
+        );
+    }
+
+    /// Sends one DevTools command through chromedriver.
+    pub(crate) fn cdp(&self, cmd: &str, params: Value) -> Value {
+        let c = Cdp {
+            cmd: cmd.to_string(),
+            params,
+        };
+        self.block(|cl| async move { cl.issue_cmd(c).await })
+            .unwrap_or_else(|e| panic!("DevTools {cmd}: {e}"))
     }
 
     fn driver_log(&self) -> String {
@@ -442,6 +481,16 @@ impl Browser {
 
     /// Runs the vendored axe-core's WCAG 2 A/AA rules on the current page.
     pub(crate) fn axe(&self) -> Vec<Violation> {
+        if self.no_javascript {
+            self.page_scripts(true);
+            let v = self.axe_scan();
+            self.page_scripts(false);
+            return v;
+        }
+        self.axe_scan()
+    }
+
+    fn axe_scan(&self) -> Vec<Violation> {
         let src = axe_source();
         let loaded = self.execute(&format!("{src}\n;return typeof axe;"), vec![]);
         assert_eq!(
@@ -520,6 +569,31 @@ impl Drop for Browser {
                 nix::sys::signal::Signal::SIGKILL,
             );
         }
+    }
+}
+
+/// chromedriver's `POST /session/{id}/goog/cdp/execute`.
+#[derive(Debug)]
+struct Cdp {
+    cmd: String,
+    params: Value,
+}
+
+impl fantoccini::wd::WebDriverCompatibleCommand for Cdp {
+    fn endpoint(
+        &self,
+        base_url: &url::Url,
+        session_id: Option<&str>,
+    ) -> Result<url::Url, url::ParseError> {
+        base_url.join(&format!(
+            "session/{}/goog/cdp/execute",
+            session_id.unwrap_or("")
+        ))
+    }
+
+    fn method_and_body(&self, _: &url::Url) -> (http::Method, Option<String>) {
+        let body = json!({ "cmd": self.cmd, "params": self.params });
+        (http::Method::POST, Some(body.to_string()))
     }
 }
 
@@ -703,6 +777,26 @@ pub(crate) fn wait_reports(server: &Server, n: usize) {
         );
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+/// With JavaScript off, the page's own scripts do not run, and the
+/// harness's still do.
+#[test]
+fn browser_without_javascript_runs_no_page_script() {
+    let Some(b) = Browser::start_without_javascript() else {
+        return;
+    };
+    let port = serve_page(
+        "default-src 'none'".into(),
+        "<!doctype html><html lang=en><head><title>nojs</title></head><body><main><h1>No script</h1>\
+         <noscript><p id=noscript>shown</p></noscript></main></body></html>",
+    );
+    b.goto(&format!("http://127.0.0.1:{port}/"));
+    assert!(b.exists("#noscript"), "the noscript content is not shown");
+    b.assert_accessible("a page without JavaScript");
+    // Still off after the scan and across a navigation.
+    b.goto(&format!("http://127.0.0.1:{port}/again"));
+    assert!(b.exists("#noscript"), "page scripts came back on");
 }
 
 #[test]
