@@ -59,6 +59,43 @@ impl HttpConfig {
         )
     }
 
+    /// The name of the cookie that carries a session's CSRF token to the
+    /// web interface, which writes it into its forms (UI-2). It is
+    /// `HttpOnly` and `SameSite=Strict` like the session cookie: another
+    /// site can neither read it nor send it, and the service still checks
+    /// the token each form brings against the session's stored hash.
+    pub fn csrf_cookie_name(&self) -> &'static str {
+        if self.secure_cookies {
+            "__Host-airlock_csrf"
+        } else {
+            "airlock_csrf"
+        }
+    }
+
+    /// `Set-Cookie` for a new session's CSRF token.
+    pub fn csrf_cookie(&self, token: &str) -> String {
+        format!(
+            "{}={token}; Path=/; HttpOnly; SameSite=Strict; Max-Age={}{}",
+            self.csrf_cookie_name(),
+            self.cookie_max_age.as_secs(),
+            self.secure_attr()
+        )
+    }
+
+    /// `Set-Cookie` that clears the CSRF cookie.
+    pub fn clear_csrf_cookie(&self) -> String {
+        format!(
+            "{}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0{}",
+            self.csrf_cookie_name(),
+            self.secure_attr()
+        )
+    }
+
+    /// The CSRF token from its cookie, if any (bounded like the session's).
+    pub fn csrf_token(&self, headers: &HeaderMap) -> Option<String> {
+        cookie(headers, self.csrf_cookie_name())
+    }
+
     /// `Set-Cookie` that clears the session cookie.
     pub fn clear_cookie(&self) -> String {
         format!(
@@ -103,17 +140,21 @@ impl HttpConfig {
     /// The session token from the cookie header, if any. Garbage is
     /// ignored (it simply authenticates nobody).
     pub fn session_token(&self, headers: &HeaderMap) -> Option<String> {
-        let want = self.cookie_name();
-        headers
-            .get_all(header::COOKIE)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(';'))
-            .filter_map(|kv| kv.trim().split_once('='))
-            .find(|(k, _)| *k == want)
-            .map(|(_, v)| v.to_string())
-            .filter(|v| !v.is_empty() && v.len() <= 128)
+        cookie(headers, self.cookie_name())
     }
+}
+
+/// The value of cookie `want` (at most 128 bytes; garbage reads as none).
+pub fn cookie(headers: &HeaderMap, want: &str) -> Option<String> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|kv| kv.trim().split_once('='))
+        .find(|(k, _)| *k == want)
+        .map(|(_, v)| v.to_string())
+        .filter(|v| !v.is_empty() && v.len() <= 128)
 }
 
 fn unauthenticated() -> ApiError {
@@ -157,8 +198,8 @@ async fn authenticate(
 }
 
 /// [`authenticate`] with a credential the caller read (MCP reads only a
-/// bearer key).
-pub(crate) async fn authenticate_credential(
+/// bearer key; the web interface takes the CSRF token from a form field).
+pub async fn authenticate_credential(
     s: &AppState,
     parts: &Parts,
     cred: Credential,

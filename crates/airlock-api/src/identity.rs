@@ -42,9 +42,12 @@ pub(crate) fn routes() -> OpenApiRouter<AppState> {
 
 /// The answer that starts a session: its cookie and the CSRF token.
 fn with_cookie(s: &AppState, status: StatusCode, issued: IssuedSession) -> Response {
+    let csrf = s.http.csrf_cookie(&issued.body.csrf_token);
     let mut r = (status, Json(issued.body)).into_response();
-    if let Ok(v) = HeaderValue::from_str(&s.http.session_cookie(&issued.token)) {
-        r.headers_mut().insert(header::SET_COOKIE, v);
+    for c in [s.http.session_cookie(&issued.token), csrf] {
+        if let Ok(v) = HeaderValue::from_str(&c) {
+            r.headers_mut().append(header::SET_COOKIE, v);
+        }
     }
     r
 }
@@ -115,8 +118,10 @@ pub async fn logout(
 ) -> Result<Response, ApiError> {
     s.service.logout(&p).await?;
     let mut r = StatusCode::NO_CONTENT.into_response();
-    if let Ok(v) = HeaderValue::from_str(&s.http.clear_cookie()) {
-        r.headers_mut().insert(header::SET_COOKIE, v);
+    for c in [s.http.clear_cookie(), s.http.clear_csrf_cookie()] {
+        if let Ok(v) = HeaderValue::from_str(&c) {
+            r.headers_mut().append(header::SET_COOKIE, v);
+        }
     }
     Ok(r)
 }

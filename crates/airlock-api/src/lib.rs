@@ -211,10 +211,12 @@ pub(crate) fn query<T>(q: QueryOf<T>) -> Result<T, ApiError> {
 /// limit) is rewritten into it.
 async fn harden(req: axum::extract::Request, next: axum::middleware::Next) -> Response {
     let mut r = next.run(req).await;
-    let is_json = r
-        .headers()
-        .get(header::CONTENT_TYPE)
-        .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
+    // A JSON error is the API's own; an HTML page is the web interface's
+    // (which shapes its errors as pages). Anything else (an extractor's
+    // plain-text rejection) becomes the one error shape.
+    let is_json = r.headers().get(header::CONTENT_TYPE).is_some_and(|v| {
+        v.as_bytes().starts_with(b"application/json") || v.as_bytes().starts_with(b"text/html")
+    });
     if (r.status().is_client_error() || r.status().is_server_error()) && !is_json {
         let status = r.status();
         let code = match status {
@@ -277,17 +279,37 @@ fn add_hand_routes(doc: &mut utoipa::openapi::OpenApi) {
 
 /// The router; tests call it without a socket.
 pub fn app(state: AppState) -> Router {
-    app_with_mcp(state, None)
+    app_with_fronts(state, Fronts::default())
 }
 
-/// The router with an MCP front end at `/mcp` (MCP-1): `mcp` (the
-/// streamable HTTP service, wrapped in a router) is reached only through
-/// [`mcp::envelope`] and [`mcp::gate`], inside the same limits and
-/// hardening as every other route.
+/// The front ends mounted beside `/v1`, each behind the same limits,
+/// hardening headers and request ids.
+#[derive(Debug, Default)]
+pub struct Fronts {
+    /// The MCP streamable HTTP service, wrapped in a router, at `/mcp`.
+    pub mcp: Option<Router>,
+    /// The web interface's routes (`/`, its pages and `/static/…`). Its
+    /// pages set their own `Content-Security-Policy`, which
+    /// [`hardening_headers`] keeps.
+    pub ui: Option<Router<AppState>>,
+}
+
+/// [`app_with_fronts`] with MCP only.
 pub fn app_with_mcp(state: AppState, mcp: Option<Router>) -> Router {
+    app_with_fronts(state, Fronts { mcp, ui: None })
+}
+
+/// The router with the other front ends: MCP at `/mcp` (MCP-1), reached
+/// only through [`mcp::envelope`] and [`mcp::gate`], and the web
+/// interface (UI-1), inside the same limits and hardening as every other
+/// route.
+pub fn app_with_fronts(state: AppState, fronts: Fronts) -> Router {
     let hsts = state.http.secure_cookies;
     let (mut router, _) = api_router().split_for_parts();
-    if let Some(m) = mcp {
+    if let Some(ui) = fronts.ui {
+        router = router.merge(ui);
+    }
+    if let Some(m) = fronts.mcp {
         router = router.nest_service(
             "/mcp",
             m.layer(axum::middleware::from_fn_with_state(
@@ -329,11 +351,22 @@ pub(crate) fn hardening_headers(h: &mut HeaderMap) {
         HeaderValue::from_static("nosniff"),
     );
     h.insert("x-frame-options", HeaderValue::from_static("DENY"));
-    h.insert("referrer-policy", HeaderValue::from_static("no-referrer"));
-    h.insert(
-        "content-security-policy",
-        HeaderValue::from_static("default-src 'none'; frame-ancestors 'none'; sandbox"),
-    );
+    // The web interface's pages say `same-origin` (its forms come back
+    // to the page they were on); everything else sends no referrer.
+    if !h.contains_key(header::REFERRER_POLICY) {
+        h.insert(
+            header::REFERRER_POLICY,
+            HeaderValue::from_static("no-referrer"),
+        );
+    }
+    // The web interface's pages bring their own policy (as strict: no
+    // inline script or style, no framing); everything else gets none.
+    if !h.contains_key(header::CONTENT_SECURITY_POLICY) {
+        h.insert(
+            header::CONTENT_SECURITY_POLICY,
+            HeaderValue::from_static("default-src 'none'; frame-ancestors 'none'; sandbox"),
+        );
+    }
     if !h.contains_key(header::CACHE_CONTROL) {
         h.insert("cache-control", HeaderValue::from_static("no-store"));
     }

@@ -66,6 +66,9 @@ pub struct UpArgs {
     /// Do not serve MCP at `/mcp`.
     #[arg(long, env = "AIRLOCK_NO_MCP")]
     no_mcp: bool,
+    /// Do not serve the web interface at `/` (the API and MCP stay).
+    #[arg(long, env = "AIRLOCK_NO_UI")]
+    no_ui: bool,
     /// Comma-separated `Host` values `/mcp` answers (`name` or
     /// `name:port`), against DNS rebinding. Default: localhost, 127.0.0.1,
     /// ::1 and the listen address.
@@ -139,7 +142,7 @@ pub fn up(paths: &Paths, a: &UpArgs) -> ExitCode {
                 shutdown: airlock_mcp::CancellationToken::new(),
             }
         });
-        serve(svc, addr, a.metrics_listen, http, limits, mcp).await
+        serve(svc, addr, a.metrics_listen, http, limits, mcp, !a.no_ui).await
     })
 }
 
@@ -150,6 +153,7 @@ async fn serve(
     http: airlock_api::auth::HttpConfig,
     limits: LimitConfig,
     mcp: Option<airlock_mcp::HttpOptions>,
+    ui: bool,
 ) -> ExitCode {
     for (path, e) in svc.worker_errors() {
         eprintln!("airlock: skipped worker {}: {e}", path.display());
@@ -187,6 +191,9 @@ async fn serve(
         "{}",
         serde_json::json!({"event": "listening", "address": addr.to_string(), "workers": workers, "database": svc.database_backend()})
     );
+    if ui {
+        eprintln!("airlock: web interface at http://{addr}/");
+    }
     eprintln!(
         "airlock: serving {workers} worker(s) on http://{addr}{}",
         if mcp.is_some() {
@@ -197,7 +204,7 @@ async fn serve(
     );
     match svc.prepare_bootstrap().await {
         Ok(Some(p)) => eprintln!(
-            "airlock: no owner yet: a one-time bootstrap capability is in {} (POST it to /v1/bootstrap with a username and password)",
+            "airlock: no owner yet: a one-time bootstrap capability is in {} (paste it at http://{addr}/bootstrap, or POST it to /v1/bootstrap with a username and password)",
             p.display()
         ),
         Ok(None) => {}
@@ -235,7 +242,11 @@ async fn serve(
     let mcp_stop = mcp.as_ref().map(|m| m.shutdown.clone());
     let mcp_router = mcp
         .map(|m| axum::Router::new().fallback_service(airlock_mcp::http_service(svc.clone(), m)));
-    let app = airlock_api::app_with_mcp(state, mcp_router)
+    let fronts = airlock_api::Fronts {
+        mcp: mcp_router,
+        ui: ui.then(airlock_ui::router),
+    };
+    let app = airlock_api::app_with_fronts(state, fronts)
         .layer(axum::middleware::from_fn(access_log))
         .into_make_service_with_connect_info::<std::net::SocketAddr>();
     let shutdown = async move {

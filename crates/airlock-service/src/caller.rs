@@ -209,6 +209,13 @@ pub enum Operation {
     DecideApprovals,
     ListSecrets,
     ReadAudit,
+    WriteSecrets,
+    ManageMembers,
+    ManageOwnKeys,
+    ExportAudit,
+    StopEmergency,
+    ResumeEmergency,
+    ReloadWorkers,
 }
 
 impl Operation {
@@ -221,6 +228,13 @@ impl Operation {
             Self::DecideApprovals => Permission::ApprovalsDecide,
             Self::ListSecrets => Permission::SecretsList,
             Self::ReadAudit => Permission::AuditRead,
+            Self::WriteSecrets => Permission::SecretsWrite,
+            Self::ManageMembers => Permission::MembersManage,
+            Self::ManageOwnKeys => Permission::KeysOwn,
+            Self::ExportAudit => Permission::AuditExport,
+            Self::StopEmergency => Permission::EmergencyStop,
+            Self::ResumeEmergency => Permission::EmergencyResume,
+            Self::ReloadWorkers => Permission::WorkersWrite,
         }
     }
 }

@@ -74,7 +74,7 @@ struct Rule {
 }
 
 /// Every front end: what parses a request and shapes an answer.
-const FRONT_ENDS: &[&str] = &["airlock-api", "airlock-cli", "airlock-mcp"];
+const FRONT_ENDS: &[&str] = &["airlock-api", "airlock-cli", "airlock-mcp", "airlock-ui"];
 
 const RULES: &[Rule] = &[
     Rule {
@@ -109,9 +109,9 @@ const RULES: &[Rule] = &[
     },
     Rule {
         name: "status-codes",
-        why: "only the HTTP front end (and the egress proxy, itself an HTTP server) knows status codes; the service answers error codes",
+        why: "only the HTTP front ends (the API, the web interface, and the egress proxy, itself an HTTP server) know status codes; the service answers error codes",
         needles: &["StatusCode::"],
-        allowed: &["airlock-api", "airlock-cli", "airlock-egress"],
+        allowed: &["airlock-api", "airlock-cli", "airlock-egress", "airlock-ui"],
     },
     Rule {
         name: "permissions",

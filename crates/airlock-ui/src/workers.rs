@@ -1,0 +1,8 @@
+//! (to be written)
+
+use airlock_api::AppState;
+use axum::Router;
+
+pub fn routes() -> Router<AppState> {
+    Router::new()
+}
