@@ -238,6 +238,18 @@ impl Browser {
         self.rt.block_on(f(self.client()))
     }
 
+    /// The HTTP status of the current page's main response (Navigation
+    /// Timing's `responseStatus`; 0 when the browser does not say).
+    pub(crate) fn status(&self) -> u16 {
+        self.try_execute(
+            "const n = performance.getEntriesByType('navigation')[0]; \
+             return n ? n.responseStatus : 0;",
+        )
+        .ok()
+        .and_then(|v| v.as_u64())
+        .unwrap_or(0) as u16
+    }
+
     /// Where the browser is, for failure messages.
     pub(crate) fn url(&self) -> String {
         self.block(|c| async move { c.current_url().await })
@@ -291,14 +303,25 @@ impl Browser {
             .unwrap_or_else(|err| panic!("click {css} on {}: {err}", self.url()));
     }
 
+    /// Clicks the element at `css` and waits until a new page has loaded
+    /// (the click's navigation may start after the click returns).
+    pub(crate) fn click_and_load(&self, css: &str) {
+        self.execute("window.__airlockOldPage = true; return null;", vec![]);
+        self.click(css);
+        self.wait_until(
+            &format!("a new page after clicking {css}"),
+            "window.__airlockOldPage !== true && document.readyState === 'complete'",
+        );
+    }
+
     /// Submits the form at `form_css` as a user does: clicks its submit
-    /// button.
+    /// button, then waits for the page the form leads to.
     pub(crate) fn submit(&self, form_css: &str) {
         let button = format!(
             "{form_css} button[type=submit], {form_css} input[type=submit], \
              {form_css} button:not([type])"
         );
-        self.click(&button);
+        self.click_and_load(&button);
     }
 
     /// The rendered text of the element at `css`.
@@ -379,12 +402,15 @@ impl Browser {
         }
     }
 
-    /// Sets a cookie for the current page's origin (path `/`).
+    /// Sets a cookie (not HttpOnly, path `/`, SameSite=Lax) for the current
+    /// page's origin, as a page script would. (WebDriver's Add Cookie
+    /// refuses a cookie for an IP address host.)
     pub(crate) fn set_cookie(&self, name: &str, value: &str) {
-        let mut c = fantoccini::cookies::Cookie::new(name.to_string(), value.to_string());
-        c.set_path("/");
-        self.block(|cl| async move { cl.add_cookie(c).await })
-            .unwrap_or_else(|e| panic!("set cookie {name}: {e}"));
+        self.execute(
+            "document.cookie = arguments[0] + '=' + arguments[1] + '; path=/; SameSite=Lax'; \
+             return null;",
+            vec![json!(name), json!(value)],
+        );
     }
 
     /// Loads the current page again.

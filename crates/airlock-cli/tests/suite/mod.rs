@@ -14,5 +14,6 @@ mod small_model;
 mod support;
 mod terminal;
 mod tidy;
+mod ui_browser;
 mod up;
 mod upstream;
