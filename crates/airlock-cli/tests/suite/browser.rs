@@ -324,6 +324,36 @@ impl Browser {
         self.click_and_load(&button);
     }
 
+    /// Submits the form at `form_css` whose submission asks for a
+    /// confirmation (`window.confirm`): accepts the dialog, returns its
+    /// text, and waits for the page the form leads to.
+    pub(crate) fn submit_confirmed(&self, form_css: &str) -> String {
+        self.execute("window.__airlockOldPage = true; return null;", vec![]);
+        let button = format!(
+            "{form_css} button[type=submit], {form_css} input[type=submit], \
+             {form_css} button:not([type])"
+        );
+        self.click(&button);
+        let deadline = Instant::now() + HANG_GUARD;
+        let text = loop {
+            match self.block(|c| async move { c.get_alert_text().await }) {
+                Ok(t) => break t,
+                Err(e) => assert!(
+                    Instant::now() < deadline,
+                    "no confirmation dialog after submitting {form_css}: {e}"
+                ),
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        self.block(|c| async move { c.accept_alert().await })
+            .unwrap_or_else(|e| panic!("accept the dialog of {form_css}: {e}"));
+        self.wait_until(
+            &format!("a new page after confirming {form_css}"),
+            "window.__airlockOldPage !== true && document.readyState === 'complete'",
+        );
+        text
+    }
+
     /// The rendered text of the element at `css`.
     pub(crate) fn text(&self, css: &str) -> String {
         let e = self.find(css);
@@ -397,8 +427,8 @@ impl Browser {
             .block(|c| async move { c.current_url().await })
             .unwrap_or_else(|e| panic!("no current url: {e}"));
         match u.query() {
-            Some(q) => format!("{}?{q}", u.path()),
-            None => u.path().to_string(),
+            Some(q) if !q.is_empty() => format!("{}?{q}", u.path()),
+            _ => u.path().to_string(),
         }
     }
 
@@ -833,4 +863,23 @@ not json
 {"event":"other","path":"/ui/csp-report"}
 {"event":"request","request_id":"c","method":"POST","path":"/ui/csp-report/x","status":404,"ms":0.5}"#;
     assert_eq!(csp_reports(log), 1);
+}
+
+/// `submit_confirmed` accepts the confirmation a page's script asks for and
+/// lands on the page the form leads to.
+#[test]
+fn browser_submit_confirmed_accepts_the_dialog() {
+    let Some(b) = Browser::start() else {
+        return;
+    };
+    let port = serve_page(
+        "default-src 'none'; script-src 'unsafe-inline'; form-action 'self'".into(),
+        "<!doctype html><html lang=en><head><title>confirm</title></head><body><main>\
+         <form id=f method=get action=/done><button>Stop</button></form>\
+         <script>document.getElementById('f').addEventListener('submit', e => \
+         { if (!confirm('Really stop?')) e.preventDefault(); });</script></main></body></html>",
+    );
+    b.goto(&format!("http://127.0.0.1:{port}/"));
+    assert_eq!(b.submit_confirmed("#f"), "Really stop?");
+    assert_eq!(b.path(), "/done");
 }
