@@ -115,12 +115,7 @@ async fn sign_in(State(s): State<AppState>, req: Request) -> Result<Response, Ui
             Ok(with_session(&s, &to, &issued))
         }
         Ok(issued) => Ok(with_session(&s, &next, &issued)),
-        Err(e)
-            if matches!(
-                e.code,
-                ErrorCode::Unauthenticated | ErrorCode::RateLimited | ErrorCode::InvalidRequest
-            ) =>
-        {
+        Err(e) if crate::page::on_the_form(&e) => {
             let status = airlock_api::status_of(e.code);
             Ok(render_status(
                 status,
@@ -196,22 +191,16 @@ async fn mfa(State(s): State<AppState>, req: Request) -> Result<Response, UiErro
     match s.service.login_mfa(&p, &client_info(&s, &parts), &b).await {
         Ok(issued) => Ok(with_session(&s, &next, &issued)),
         Err(e) if e.code == ErrorCode::MfaNotPending => Ok(see_other(&next)),
-        Err(e)
-            if e.code == ErrorCode::Unauthenticated
-                || e.code == ErrorCode::InvalidRequest
-                || e.code == ErrorCode::RateLimited =>
-        {
-            Ok(render_status(
-                airlock_api::status_of(e.code),
-                &MfaPage {
-                    title: "Second factor",
-                    theme: Theme::of(&parts.headers).as_str(),
-                    csrf: s.http.csrf_token(&parts.headers).unwrap_or_default(),
-                    next,
-                    error: e.message,
-                },
-            ))
-        }
+        Err(e) if crate::page::on_the_form(&e) => Ok(render_status(
+            airlock_api::status_of(e.code),
+            &MfaPage {
+                title: "Second factor",
+                theme: Theme::of(&parts.headers).as_str(),
+                csrf: s.http.csrf_token(&parts.headers).unwrap_or_default(),
+                next,
+                error: e.message,
+            },
+        )),
         Err(e) => Err(e.into()),
     }
 }

@@ -219,6 +219,8 @@ pub enum UiError {
     SignIn { next: String },
     /// Signed in, the second factor still owed.
     SecondFactor,
+    /// A form arrived after its session ended: nothing was done.
+    SessionEnded { next: String },
     /// Anything else, shown as a page with the error's status.
     Page(Error),
 }
@@ -250,6 +252,14 @@ struct ErrorPage<'a> {
     sign_in: bool,
 }
 
+#[derive(Template)]
+#[template(path = "session_ended.html")]
+struct SessionEndedPage {
+    title: &'static str,
+    theme: &'static str,
+    sign_in: String,
+}
+
 impl IntoResponse for UiError {
     fn into_response(self) -> Response {
         match self {
@@ -264,6 +274,18 @@ impl IntoResponse for UiError {
                 see_other(&to)
             }
             Self::SecondFactor => see_other("/sign-in/mfa"),
+            Self::SessionEnded { next } => {
+                let back = crate::session::safe_next(&next).unwrap_or("/");
+                let page = SessionEndedPage {
+                    title: "Your session ended",
+                    theme: Theme::System.as_str(),
+                    sign_in: format!(
+                        "/sign-in?next={}",
+                        form_urlencoded::byte_serialize(back.as_bytes()).collect::<String>()
+                    ),
+                };
+                render_status(StatusCode::UNAUTHORIZED, &page)
+            }
             Self::Page(e) => {
                 let status = status_of(e.code);
                 let title = match status {

@@ -242,7 +242,12 @@ impl<T: DeserializeOwned + Send> FromRequest<AppState> for Posted<T> {
         });
         // After signing in again, come back to the page the form was on.
         let back = referer_path(&parts.headers).unwrap_or_else(|| "/".into());
-        let viewer = viewer(s, &parts, csrf, true, back).await?;
+        // A session that ended while the form was open: say so on a page
+        // (nothing was done) instead of silently redirecting away from it.
+        let viewer = match viewer(s, &parts, csrf, true, back).await {
+            Err(UiError::SignIn { next }) => return Err(UiError::SessionEnded { next }),
+            other => other?,
+        };
         let rest: Vec<(&str, &str)> = fields
             .iter()
             .filter(|(k, _)| k != CSRF_FIELD)

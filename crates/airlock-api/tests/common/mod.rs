@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use airlock_api::auth::HttpConfig;
 use airlock_api::limits::Bucket;
-use airlock_api::{AppState, app};
+use airlock_api::{AppState, Fronts, app_with_fronts};
 use airlock_iam::throttle::ThrottleConfig;
 use airlock_iam::{Clock, ManualClock, keys};
 use airlock_service::{Config, IdentityConfig, Quotas, Service};
@@ -411,6 +411,8 @@ pub struct Harness {
     limits: LimitConfig,
     /// Where the store is (a restart reopens it).
     url: String,
+    /// The web interface's routes, when the test mounts them.
+    ui: Option<UiRoutes>,
     /// Declared last: the PostgreSQL database outlives every handle on it.
     db: Db,
 }
@@ -426,6 +428,7 @@ pub struct Builder {
     workers: Vec<(String, String, String)>,
     launcher: Option<Arc<dyn airlock_launch::Launcher>>,
     db: Db,
+    ui: Option<UiRoutes>,
 }
 
 #[allow(dead_code)]
@@ -449,6 +452,12 @@ impl Builder {
     }
 
     /// The database the store runs on.
+    /// Mounts the web interface (its crate's tests pass `airlock_ui::router`).
+    pub fn ui(mut self, routes: UiRoutes) -> Self {
+        self.ui = Some(routes);
+        self
+    }
+
     pub fn db(mut self, db: Db) -> Self {
         self.db = db;
         self
@@ -483,6 +492,7 @@ impl Builder {
             &self.limits,
             &clock,
             self.launcher.clone(),
+            self.ui,
         )
         .await;
         // The variant named after a backend really runs on it.
@@ -498,6 +508,7 @@ impl Builder {
             auth: self.auth,
             limits: self.limits,
             url,
+            ui: self.ui,
             db: self.db,
         }
     }
@@ -512,6 +523,7 @@ async fn open(
     limits: &LimitConfig,
     clock: &Arc<ManualClock>,
     launcher: Option<Arc<dyn airlock_launch::Launcher>>,
+    ui: Option<UiRoutes>,
 ) -> (Router, Arc<Service>, Store) {
     let store = Store::open(url).await.unwrap();
     let mut cfg = Config::with_defaults(dir.join("data"), dir.join("workers"));
@@ -525,8 +537,15 @@ async fn open(
         None => Service::open(store.clone(), cfg).unwrap(),
     };
     let state = AppState::with_limits(svc.clone(), http, http_limits);
-    (app(state), svc, store)
+    let fronts = Fronts {
+        mcp: None,
+        ui: ui.map(|f| f()),
+    };
+    (app_with_fronts(state, fronts), svc, store)
 }
+
+/// What builds the web interface's routes.
+pub type UiRoutes = fn() -> Router<AppState>;
 
 #[allow(dead_code)]
 impl Harness {
@@ -537,6 +556,7 @@ impl Harness {
             workers: Vec::new(),
             launcher: None,
             db: Db::Sqlite,
+            ui: None,
         }
     }
 
@@ -549,7 +569,16 @@ impl Harness {
     /// and clock.
     pub async fn reopen(&self) -> (Router, Arc<Service>) {
         let (auth, limits, clock) = (&self.auth, &self.limits, &self.clock);
-        let (app, svc, _) = open(&self.url, self.dir.path(), auth, limits, clock, None).await;
+        let (app, svc, _) = open(
+            &self.url,
+            self.dir.path(),
+            auth,
+            limits,
+            clock,
+            None,
+            self.ui,
+        )
+        .await;
         (app, svc)
     }
 
