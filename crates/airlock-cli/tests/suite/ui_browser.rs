@@ -15,7 +15,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::json;
 
-use crate::suite::browser::{Browser, csp_reports};
+use crate::suite::browser::{Browser, csp_reports, wait_reports};
 use crate::suite::runs::{Env, OWNER_PASSWORD, Server};
 use crate::suite::support::Who;
 
@@ -403,4 +403,27 @@ fn ui_forms_work_without_javascript() {
     ui.b.submit("form[action='/sign-in/mfa']");
     ui.assert_signed_in();
     ui.finish();
+}
+
+/// The zero that every flow checks means something: an inline script
+/// planted on a real page is refused by the page's CSP, and its report
+/// reaches the server's log.
+#[test]
+fn ui_a_csp_violation_on_a_page_is_refused_and_reported() {
+    let Some(ui) = Ui::start("csp") else {
+        return;
+    };
+    ui.signed_in_owner();
+    assert_eq!(csp_reports(&ui.server.log_text()), 0);
+    ui.b.execute(
+        "const s = document.createElement('script'); s.textContent = 'document.title = \"ran\"'; \
+         document.body.appendChild(s); return null;",
+        vec![],
+    );
+    assert_ne!(
+        ui.b.execute("return document.title;", vec![]),
+        json!("ran"),
+        "the planted inline script ran"
+    );
+    wait_reports(&ui.server, 1);
 }
