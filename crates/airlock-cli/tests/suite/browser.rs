@@ -506,6 +506,43 @@ impl Browser {
         (v[0].as_u64().unwrap_or(0), v[1].as_u64().unwrap_or(0))
     }
 
+    /// The outermost elements that reach past the right edge of the
+    /// viewport, outside any scrolling or clipping box (`tag#id.class:
+    /// right edge px`, at most five), to say what makes a page scroll
+    /// sideways.
+    pub(crate) fn overflowing(&self) -> Vec<String> {
+        let v = self.execute(
+            "const w = document.documentElement.clientWidth, out = [];
+             for (const e of document.body.querySelectorAll('*')) {
+               const r = e.getBoundingClientRect();
+               // Its box, or its content spilling out of a box that shows it.
+               const spill = getComputedStyle(e).overflowX === 'visible' ? r.left + e.scrollWidth : r.right;
+               const right = Math.max(r.right, spill);
+               if (right <= w + 1 || r.width === 0) continue;
+               let p = e.parentElement, inside = false;
+               while (p && p !== document.body) {
+                 if (p.getBoundingClientRect().right > w + 1 ||
+                     getComputedStyle(p).overflowX !== 'visible') { inside = true; break; }
+                 p = p.parentElement;
+               }
+               if (inside) continue;
+               out.push(e.tagName.toLowerCase() + (e.id ? '#' + e.id : '') +
+                 (e.className && typeof e.className === 'string' ? '.' + e.className.trim().split(/\\s+/).join('.') : '') +
+                 (r.right > w + 1 ? ': right edge ' : ': content to ') + Math.round(right) + ' px');
+               if (out.length >= 5) break;
+             }
+             return out;",
+            vec![],
+        );
+        v.as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|x| x.as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
     /// Writes a PNG of the whole page (the window stretched to the page's
     /// height, at most 6000 px, then put back) to
     /// `target/ui-screenshots/<name>.png`; returns its path.

@@ -275,7 +275,9 @@ impl Ui {
             let (scroll, view) = self.b.widths();
             if scroll > view {
                 self.problem(format!(
-                    "{page} ({theme}, {w} px): the page is {scroll} px wide, it scrolls sideways"
+                    "{page} ({theme}, {w} px): the page is {scroll} px wide, it scrolls \
+                     sideways (past the edge: {})",
+                    self.b.overflowing().join("; ")
                 ));
             }
             for v in self.b.axe() {
@@ -335,13 +337,10 @@ impl Ui {
     }
 }
 
-/// Bootstrap the first owner through the form, sign in, turn on TOTP, sign
-/// out, sign in with password and TOTP.
-#[test]
-fn ui_bootstrap_sign_in_with_totp() {
-    let Some(ui) = Ui::start("main") else {
-        return;
-    };
+/// Bootstraps the owner through the form, signs in, turns on TOTP, signs
+/// out and signs in with password and TOTP; checks each page on the way
+/// with `capture`. Ends on the overview.
+fn owner_with_totp(ui: &Ui) {
     ui.open("/bootstrap");
     ui.capture("bootstrap");
     ui.bootstrap(OWNER, OWNER_PASSWORD);
@@ -367,7 +366,16 @@ fn ui_bootstrap_sign_in_with_totp() {
     ui.assert_signed_in();
     ui.assert_at("/");
     ui.capture("overview");
+}
 
+/// Bootstrap the first owner through the form, sign in, turn on TOTP, sign
+/// out, sign in with password and TOTP.
+#[test]
+fn ui_bootstrap_sign_in_with_totp() {
+    let Some(ui) = Ui::start("main") else {
+        return;
+    };
+    owner_with_totp(&ui);
     ui.finish();
 }
 
@@ -402,6 +410,7 @@ fn ui_forms_work_without_javascript() {
     ui.b.fill("#recovery_code", &codes[0]);
     ui.b.submit("form[action='/sign-in/mfa']");
     ui.assert_signed_in();
+
     ui.finish();
 }
 
