@@ -369,13 +369,62 @@ fn owner_with_totp(ui: &Ui) {
 }
 
 /// Bootstrap the first owner through the form, sign in, turn on TOTP, sign
-/// out, sign in with password and TOTP.
+/// out, sign in with password and TOTP, run the example `hello-python` from
+/// its generated form, watch the live log reach `succeeded`, and download
+/// the report it wrote.
 #[test]
-fn ui_bootstrap_sign_in_with_totp() {
+fn ui_bootstrap_sign_in_with_totp_and_run_a_worker() {
     let Some(ui) = Ui::start("main") else {
         return;
     };
     owner_with_totp(&ui);
+
+    // The worker catalog, the worker's page and its form generated from
+    // the manifest.
+    ui.open("/workers");
+    ui.capture("workers");
+    ui.b.click_and_load("a[href='/workers/hello-python']");
+    ui.assert_at("/workers/hello-python");
+    ui.capture("worker-hello-python");
+    ui.b.fill("#in-name", "Ada");
+    ui.b.fill("#in-times", "3");
+    ui.b.click("#in-shout");
+    ui.b.submit("form#run-form");
+    // The run's page; its live log reaches the end.
+    let run_path = ui.b.path();
+    assert!(
+        run_path.starts_with("/runs/"),
+        "submitting the form led to {run_path}: {}",
+        ui.error_text()
+    );
+    assert_eq!(ui.b.status(), 200, "{run_path}");
+    ui.b.wait_until(
+        "the run page shows succeeded",
+        "document.getElementById('run-state') && \
+         document.getElementById('run-state').textContent.trim() === 'succeeded'",
+    );
+    ui.b.wait_until(
+        "the live log shows the worker's line",
+        "document.getElementById('log') && \
+         document.getElementById('log').textContent.indexOf(\"greeted 'Ada' 3 time(s)\") >= 0",
+    );
+    assert_eq!(ui.b.attr("#log", "role").as_deref(), Some("log"));
+    // The artifact (the page reloads itself when the run ends, with the
+    // artifacts listed), fetched with the browser's cookies.
+    ui.b.wait_for("#run-artifacts a[download]");
+    let href =
+        ui.b.attr("#run-artifacts a[download]", "href")
+            .expect("a link to the report");
+    let (status, bytes) = ui.b.fetch_bytes(&href);
+    assert_eq!(status, 200, "{href}");
+    assert_eq!(
+        String::from_utf8_lossy(&bytes),
+        "HELLO, ADA!\n".repeat(3),
+        "{href}"
+    );
+    ui.capture("run");
+    ui.open("/runs");
+    ui.capture("runs");
     ui.finish();
 }
 
@@ -411,6 +460,33 @@ fn ui_forms_work_without_javascript() {
     ui.b.submit("form[action='/sign-in/mfa']");
     ui.assert_signed_in();
 
+    // A run from the generated form: the run page has no live log without
+    // script, so a person reloads it until the run has ended.
+    ui.open("/workers/hello-python");
+    ui.b.fill("#in-name", "Bo");
+    ui.b.submit("form#run-form");
+    let run_path = ui.b.path();
+    assert!(
+        run_path.starts_with("/runs/"),
+        "submitting the form led to {run_path}: {}",
+        ui.error_text()
+    );
+    let deadline = std::time::Instant::now() + crate::suite::browser::HANG_GUARD;
+    while ui.b.text("#run-state").trim() != "succeeded" {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "run {run_path} is still {}",
+            ui.b.text("#run-state")
+        );
+        std::thread::sleep(Duration::from_millis(250));
+        ui.b.refresh();
+    }
+    assert!(
+        ui.b.text("#log").contains("greeted 'Bo' 1 time(s)"),
+        "{}",
+        ui.b.text("#log")
+    );
+    ui.capture("run");
     ui.finish();
 }
 
@@ -435,4 +511,35 @@ fn ui_a_csp_violation_on_a_page_is_refused_and_reported() {
         "the planted inline script ran"
     );
     wait_reports(&ui.server, 1);
+}
+
+/// Every page the navigation links to opens, and passes the checks (axe,
+/// no sideways scrolling at 375 px) in both themes, with zero CSP reports.
+#[test]
+fn ui_every_page_in_the_navigation_passes_the_checks() {
+    let Some(ui) = Ui::start("nav") else {
+        return;
+    };
+    ui.signed_in_owner();
+    let hrefs: Vec<String> = ui
+        .b
+        .execute(
+            "return Array.from(document.querySelectorAll('nav a')).map(a => a.getAttribute('href'));",
+            vec![],
+        )
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h.as_str().unwrap_or("").to_string())
+        .collect();
+    assert!(hrefs.len() >= 8, "{hrefs:?}");
+    for href in &hrefs {
+        ui.open(href);
+        let name = match href.trim_matches('/') {
+            "" => "overview",
+            other => other,
+        };
+        ui.capture(&name.replace('/', "-"));
+    }
+    ui.finish();
 }
