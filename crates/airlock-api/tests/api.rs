@@ -694,3 +694,94 @@ async fn api_3_html_and_svg_artifacts_are_never_rendered_on_this_origin() {
     assert_eq!(r.status, StatusCode::OK, "{}", r.text);
     assert_eq!(r.headers["content-type"], "text/plain; charset=utf-8");
 }
+
+/// KEY-4: the secrets list names what workers declare, set or not: a
+/// declared name not set yet is version 0 with the workers that use it,
+/// and a set one keeps its workers after it is stored.
+#[tokio::test]
+async fn key_4_declared_secrets_are_listed_as_missing_until_set() {
+    let mailer = format!("{HELLO}\n[secrets]\nnames = [\"MAIL_TOKEN\"]\n");
+    let h = Harness::builder()
+        .worker("hello", &mailer, ECHO)
+        .build()
+        .await;
+    let owner = h.bootstrap_owner().await;
+    let r = h.call(&owner, "GET", "/v1/secrets", None).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert_eq!(
+        r.body["secrets"],
+        json!([{"name": "MAIL_TOKEN", "version": 0, "updated_at": 0,
+                "last_used_at": null, "used_by": ["hello"]}])
+    );
+    let r = h
+        .call(
+            &owner,
+            "PUT",
+            "/v1/secrets/MAIL_TOKEN",
+            Some(json!({"value": "v-123"})),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    let r = h.call(&owner, "GET", "/v1/secrets", None).await;
+    let list = r.body["secrets"].as_array().unwrap();
+    assert_eq!(list.len(), 1, "{}", r.body);
+    assert_eq!(list[0]["version"], 1);
+    assert_eq!(list[0]["used_by"], json!(["hello"]));
+}
+
+/// AUD-3: the audit listing filters by event type (exact or a prefix
+/// with `*`) and by actor (id or kind); paging goes on from where the
+/// filtered read stopped.
+#[tokio::test]
+async fn aud_3_the_audit_listing_filters_by_type_and_actor() {
+    let h = Harness::new().await;
+    let owner = h.bootstrap_owner().await;
+    h.member(&owner, "vic", "viewer").await;
+    h.member(&owner, "ann", "viewer").await;
+    let all = h.call(&owner, "GET", "/v1/audit?limit=500", None).await;
+    let added: Vec<&Value> = all.body["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["event_type"] == "member.added")
+        .collect();
+    assert_eq!(added.len(), 2, "{}", all.body);
+    let owner_id = added[0]["actor"]["id"].as_str().unwrap();
+    let r = h
+        .call(&owner, "GET", "/v1/audit?event_type=member.*&limit=1", None)
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert_eq!(r.body["events"].as_array().unwrap().len(), 1);
+    assert_eq!(r.body["events"][0]["event_type"], "member.added");
+    let next = r.body["next_cursor"].as_i64().unwrap();
+    let r = h
+        .call(
+            &owner,
+            "GET",
+            &format!("/v1/audit?event_type=member.added&after={next}"),
+            None,
+        )
+        .await;
+    assert_eq!(r.body["events"].as_array().unwrap().len(), 1, "{}", r.body);
+    assert_eq!(r.body["next_cursor"], Value::Null);
+    let r = h
+        .call(
+            &owner,
+            "GET",
+            &format!("/v1/audit?actor={owner_id}&event_type=member.added"),
+            None,
+        )
+        .await;
+    assert_eq!(r.body["events"].as_array().unwrap().len(), 2, "{}", r.body);
+    let r = h.call(&owner, "GET", "/v1/audit?actor=nobody", None).await;
+    assert_eq!(r.body["events"], json!([]));
+    let r = h
+        .call(
+            &owner,
+            "GET",
+            &format!("/v1/audit?actor={}", "x".repeat(129)),
+            None,
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.body);
+}

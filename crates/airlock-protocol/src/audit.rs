@@ -15,9 +15,23 @@ pub struct ListAudit {
     /// Page size (default 100).
     #[param(minimum = 1, maximum = 500)]
     pub limit: Option<i64>,
+    /// Only events of this type (`approval.approved`), or, ending in `*`,
+    /// of every type with that prefix (`approval.*`).
+    #[param(max_length = 128)]
+    pub event_type: Option<String>,
+    /// Only events by this actor: its id (a user id, a run id) or its
+    /// kind (`human`, `agent`, `service`, `system`).
+    #[param(max_length = 128)]
+    pub actor: Option<String>,
 }
 
-/// A page of audit events in sequence order. Each event is the chained
+/// How many events one filtered `GET /v1/audit` reads at most: a page
+/// may then hold fewer than `limit` events, and `next_cursor` says where
+/// to go on.
+pub const MAX_AUDIT_SCAN: i64 = 10_000;
+
+/// A page of audit events in sequence order (with a filter, those of
+/// the events read that match it). Each event is the chained
 /// record exactly as hashed (`airlock-audit-v1`): `workspace_id`, `seq`,
 /// `at`, `actor`, `event_type`, `target`, ids, `decision`,
 /// `payload_hash`, `result`, `metadata`, `prev_hash`, `hash`.

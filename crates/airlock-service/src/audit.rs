@@ -6,7 +6,7 @@
 use airlock_audit::Verifier;
 use airlock_iam::Permission;
 use airlock_protocol::Error;
-use airlock_protocol::audit::{AuditPage, AuditVerification, ListAudit};
+use airlock_protocol::audit::{AuditPage, AuditVerification, ListAudit, MAX_AUDIT_SCAN};
 use airlock_store::{AuditRecord, Store};
 
 use crate::caller::Caller;
@@ -136,6 +136,9 @@ impl Service {
     }
 
     /// A page of the caller's workspace's audit events, in sequence order.
+    /// With a filter (`event_type`, `actor`), the events read that match
+    /// it: at most [`MAX_AUDIT_SCAN`] are read per call, so a page may
+    /// hold fewer than `limit` events while `next_cursor` is still set.
     pub async fn list_audit(&self, c: &Caller, q: &ListAudit) -> Result<AuditPage> {
         c.require(Permission::AuditRead)?;
         let limit = q.limit.unwrap_or(100);
@@ -146,21 +149,52 @@ impl Service {
         if after < 0 {
             return Err(Error::invalid_query("after must not be negative"));
         }
-        let lines = self
-            .store
-            .audit_page(&c.workspace, after, limit)
-            .await
-            .svc()?;
-        let mut events = Vec::with_capacity(lines.len());
-        for l in &lines {
-            events.push(serde_json::from_str(l).map_err(Error::internal)?);
+        for (name, v) in [("event_type", &q.event_type), ("actor", &q.actor)] {
+            if v.as_ref().is_some_and(|v| v.chars().count() > 128) {
+                return Err(Error::invalid_query(format!(
+                    "{name} is at most 128 characters"
+                )));
+            }
         }
-        let next_cursor = if i64::try_from(events.len()).unwrap_or(0) == limit {
-            events
-                .last()
-                .and_then(|e: &serde_json::Value| e["seq"].as_i64())
+        let filter = AuditFilter {
+            event_type: q.event_type.as_deref().filter(|v| !v.is_empty()),
+            actor: q.actor.as_deref().filter(|v| !v.is_empty()),
+        };
+        let batch = if filter.is_empty() {
+            limit
         } else {
-            None
+            airlock_protocol::MAX_PAGE
+        };
+        let mut events = Vec::new();
+        let mut cursor = after;
+        let mut scanned = 0;
+        let next_cursor = loop {
+            let lines = self
+                .store
+                .audit_page(&c.workspace, cursor, batch)
+                .await
+                .svc()?;
+            let read = i64::try_from(lines.len()).unwrap_or(0);
+            for l in &lines {
+                let e: serde_json::Value = serde_json::from_str(l).map_err(Error::internal)?;
+                cursor = e["seq"].as_i64().unwrap_or(cursor);
+                if filter.matches(&e) {
+                    events.push(e);
+                    if i64::try_from(events.len()).unwrap_or(0) == limit {
+                        break;
+                    }
+                }
+            }
+            scanned += read;
+            if i64::try_from(events.len()).unwrap_or(0) == limit {
+                break Some(cursor);
+            }
+            if read < batch {
+                break None;
+            }
+            if scanned >= MAX_AUDIT_SCAN {
+                break Some(cursor);
+            }
         };
         Ok(AuditPage {
             events,
@@ -322,5 +356,69 @@ mod tests {
             let v = verify(&store, 2).await;
             assert_eq!((v.ok, v.first_bad_seq), (false, Some(bad)), "{name}: {v:?}");
         }
+    }
+}
+
+/// Which audit events a listing keeps.
+struct AuditFilter<'a> {
+    event_type: Option<&'a str>,
+    actor: Option<&'a str>,
+}
+
+impl AuditFilter<'_> {
+    fn is_empty(&self) -> bool {
+        self.event_type.is_none() && self.actor.is_none()
+    }
+
+    fn matches(&self, e: &serde_json::Value) -> bool {
+        let kind = e["event_type"].as_str().unwrap_or("");
+        let type_ok = match self.event_type {
+            None => true,
+            Some(t) => match t.strip_suffix('*') {
+                Some(prefix) => kind.starts_with(prefix),
+                None => kind == t,
+            },
+        };
+        let actor_ok = match self.actor {
+            None => true,
+            Some(a) => {
+                e["actor"]["id"].as_str() == Some(a) || e["actor"]["kind"].as_str() == Some(a)
+            }
+        };
+        type_ok && actor_ok
+    }
+}
+
+#[cfg(test)]
+mod filter_tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn an_audit_filter_matches_type_prefix_and_actor_id_or_kind() {
+        let e =
+            json!({"event_type": "approval.approved", "actor": {"kind": "human", "id": "usr_1"}});
+        let f = |t, a| {
+            AuditFilter {
+                event_type: t,
+                actor: a,
+            }
+            .matches(&e)
+        };
+        assert!(f(None, None));
+        assert!(f(Some("approval.approved"), None));
+        assert!(f(Some("approval.*"), Some("usr_1")));
+        assert!(f(None, Some("human")));
+        assert!(!f(Some("approval"), None));
+        assert!(!f(Some("run.*"), None));
+        assert!(!f(None, Some("usr_2")));
+        let system = json!({"event_type": "x", "actor": {"kind": "system"}});
+        assert!(
+            AuditFilter {
+                event_type: None,
+                actor: Some("system")
+            }
+            .matches(&system)
+        );
     }
 }

@@ -244,23 +244,47 @@ impl Secrets {
         workspace: &str,
         declared: &[(String, Vec<String>)],
     ) -> Result<Vec<SecretInfo>, SecretError> {
-        Ok(self
+        let used_by = |name: &str| -> Vec<String> {
+            declared
+                .iter()
+                .filter(|(_, n)| n.iter().any(|x| x == name))
+                .map(|(w, _)| w.clone())
+                .collect()
+        };
+        let mut list: Vec<SecretInfo> = self
             .store
             .list_secrets(workspace)
             .await?
             .into_iter()
             .map(|(name, version, updated_at, last_used_at)| SecretInfo {
-                used_by: declared
-                    .iter()
-                    .filter(|(_, n)| n.contains(&name))
-                    .map(|(w, _)| w.clone())
-                    .collect(),
+                used_by: used_by(&name),
                 name,
                 version,
                 updated_at,
                 last_used_at,
             })
-            .collect())
+            .collect();
+        // A name a worker declares that is not set yet is listed too, as
+        // version 0, so a person sees what is missing before a run is
+        // blocked for it.
+        let mut missing: Vec<&str> = declared
+            .iter()
+            .flat_map(|(_, names)| names.iter().map(String::as_str))
+            .filter(|n| !list.iter().any(|s| s.name == *n))
+            .collect();
+        missing.sort_unstable();
+        missing.dedup();
+        for name in missing {
+            list.push(SecretInfo {
+                name: name.to_string(),
+                version: 0,
+                updated_at: 0,
+                last_used_at: None,
+                used_by: used_by(name),
+            });
+        }
+        list.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(list)
     }
 
     /// Start-up check (KEY-3): a restored older database is refused.

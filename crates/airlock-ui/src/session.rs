@@ -278,7 +278,7 @@ pub fn field<'a>(fields: &'a [(String, String)], name: &str) -> Option<&'a str> 
 }
 
 /// The path of a same-origin `Referer`, if the browser sent one.
-fn referer_path(headers: &HeaderMap) -> Option<String> {
+pub fn referer_path(headers: &HeaderMap) -> Option<String> {
     let r = headers.get(header::REFERER)?.to_str().ok()?;
     let host = headers.get(header::HOST)?.to_str().ok()?;
     let rest = r

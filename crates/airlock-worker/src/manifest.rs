@@ -264,6 +264,12 @@ pub enum FieldType {
     Number {
         #[serde(rename = "enum", skip_serializing_if = "Vec::is_empty")]
         choices: Vec<f64>,
+        /// The smallest value allowed (inclusive).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        minimum: Option<f64>,
+        /// The largest value allowed (inclusive).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        maximum: Option<f64>,
     },
     Boolean,
     /// Any JSON value.
@@ -628,10 +634,20 @@ impl Manifest {
                     }
                     f
                 }
-                FieldType::Number { choices } => {
+                FieldType::Number {
+                    choices,
+                    minimum,
+                    maximum,
+                } => {
                     let mut f = json!({"type": "number"});
                     if !choices.is_empty() {
                         f["enum"] = json!(choices);
+                    }
+                    if let Some(m) = minimum {
+                        f["minimum"] = json!(m);
+                    }
+                    if let Some(m) = maximum {
+                        f["maximum"] = json!(m);
                     }
                     f
                 }
@@ -831,6 +847,8 @@ struct RawInput {
     choices: Option<Vec<toml::Value>>,
     max_length: Option<i64>,
     max_bytes: Option<i64>,
+    minimum: Option<toml::Value>,
+    maximum: Option<toml::Value>,
     description: Option<String>,
 }
 
@@ -844,6 +862,8 @@ struct RawOutput {
     choices: Option<Vec<toml::Value>>,
     max_length: Option<i64>,
     max_bytes: Option<i64>,
+    minimum: Option<toml::Value>,
+    maximum: Option<toml::Value>,
     description: Option<String>,
     path: Option<String>,
 }
@@ -1342,6 +1362,8 @@ struct RawCommon {
     choices: Option<Vec<toml::Value>>,
     max_length: Option<i64>,
     max_bytes: Option<i64>,
+    minimum: Option<toml::Value>,
+    maximum: Option<toml::Value>,
     description: Option<String>,
 }
 
@@ -1388,6 +1410,29 @@ fn parse_field_type(cx: &mut Cx, path: &str, raw: RawCommon) -> Option<(FieldTyp
     only(cx, "enum", raw.choices.is_some(), &["string", "number"]);
     only(cx, "max_length", raw.max_length.is_some(), &["string"]);
     only(cx, "max_bytes", raw.max_bytes.is_some(), &["json", "file"]);
+    only(cx, "minimum", raw.minimum.is_some(), &["number"]);
+    only(cx, "maximum", raw.maximum.is_some(), &["number"]);
+    let bound = |cx: &mut Cx, what: &str, v: Option<&toml::Value>| {
+        let v = v?;
+        let n = toml_number(v);
+        if n.is_none() {
+            cx.bad(
+                format!("{path}.{what}"),
+                format!("expected a finite number, got {}", toml_type(v)),
+            );
+        }
+        n
+    };
+    let minimum = bound(cx, "minimum", raw.minimum.as_ref());
+    let maximum = bound(cx, "maximum", raw.maximum.as_ref());
+    if let (Some(lo), Some(hi)) = (minimum, maximum)
+        && lo > hi
+    {
+        cx.bad(
+            format!("{path}.minimum"),
+            format!("{lo} is above maximum {hi}"),
+        );
+    }
 
     let max_length = raw
         .max_length
@@ -1446,6 +1491,14 @@ fn parse_field_type(cx: &mut Cx, path: &str, raw: RawCommon) -> Option<(FieldTyp
                     Some(n) if out.contains(&n) => {
                         cx.bad(format!("{enum_field}[{i}]"), format!("{n} is listed twice"));
                     }
+                    Some(n)
+                        if minimum.is_some_and(|lo| n < lo) || maximum.is_some_and(|hi| n > hi) =>
+                    {
+                        cx.bad(
+                            format!("{enum_field}[{i}]"),
+                            format!("{n} is outside minimum and maximum"),
+                        );
+                    }
                     Some(n) => out.push(n),
                     None => cx.bad(
                         format!("{enum_field}[{i}]"),
@@ -1453,7 +1506,11 @@ fn parse_field_type(cx: &mut Cx, path: &str, raw: RawCommon) -> Option<(FieldTyp
                     ),
                 }
             }
-            FieldType::Number { choices: out }
+            FieldType::Number {
+                choices: out,
+                minimum,
+                maximum,
+            }
         }
         "boolean" => FieldType::Boolean,
         "json" => FieldType::Json { max_bytes },
@@ -1541,6 +1598,8 @@ fn parse_inputs(cx: &mut Cx, raw: BTreeMap<String, RawInput>) -> BTreeMap<FieldN
             choices: r.choices,
             max_length: r.max_length,
             max_bytes: r.max_bytes,
+            minimum: r.minimum,
+            maximum: r.maximum,
             description: r.description,
         };
         let Some((ty, description)) = parse_field_type(cx, &path, common) else {
@@ -1610,6 +1669,8 @@ fn parse_outputs(cx: &mut Cx, raw: BTreeMap<String, RawOutput>) -> BTreeMap<Fiel
             choices: r.choices,
             max_length: r.max_length,
             max_bytes: r.max_bytes,
+            minimum: r.minimum,
+            maximum: r.maximum,
             description: r.description,
         };
         let Some((ty, description)) = parse_field_type(cx, &path, common) else {

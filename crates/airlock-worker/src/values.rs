@@ -129,10 +129,24 @@ pub(crate) fn check_value(ty: &FieldType, v: &Value) -> Result<(), String> {
             }
             Ok(())
         }
-        FieldType::Number { choices } => {
+        FieldType::Number {
+            choices,
+            minimum,
+            maximum,
+        } => {
             let Some(n) = v.as_f64() else {
                 return Err(format!("expected a number, got {}", json_type(v)));
             };
+            if let Some(lo) = minimum
+                && n < *lo
+            {
+                return Err(format!("{n} is below the minimum {lo}"));
+            }
+            if let Some(hi) = maximum
+                && n > *hi
+            {
+                return Err(format!("{n} is above the maximum {hi}"));
+            }
             if !choices.is_empty() && !choices.contains(&n) {
                 return Err(format!(
                     "{n} is not one of {}",

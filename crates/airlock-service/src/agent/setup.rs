@@ -136,10 +136,23 @@ pub(crate) fn parameters_for(k: ActionKind, m: &airlock_worker::Manifest) -> ser
                 }
                 s
             }
-            FieldType::Number { choices } if !choices.is_empty() => {
-                json!({"type": "number", "enum": choices})
+            FieldType::Number {
+                choices,
+                minimum,
+                maximum,
+            } => {
+                let mut s = json!({"type": "number"});
+                if !choices.is_empty() {
+                    s["enum"] = json!(choices);
+                }
+                if let Some(m) = minimum {
+                    s["minimum"] = json!(m);
+                }
+                if let Some(m) = maximum {
+                    s["maximum"] = json!(m);
+                }
+                s
             }
-            FieldType::Number { .. } => json!({"type": "number"}),
             FieldType::Boolean => json!({"type": "boolean"}),
             FieldType::Json { .. } | FieldType::File { .. } => json!({}),
         };

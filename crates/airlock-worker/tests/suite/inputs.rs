@@ -34,6 +34,12 @@ required = false
 type = "json"
 max_bytes = 16
 required = false
+
+[inputs.ratio]
+type = "number"
+minimum = 0
+maximum = 1.5
+required = false
 "#,
     ))
 }
@@ -65,7 +71,7 @@ fn run_3_input_refusal_table() {
         (
             "unknown key",
             json!({"name": "a", "nmae": "b"}),
-            "inputs.nmae: unknown input (declared: colour, data, name, shout, size, times)",
+            "inputs.nmae: unknown input (declared: colour, data, name, ratio, shout, size, times)",
         ),
         (
             "string wrong type",
@@ -96,6 +102,16 @@ fn run_3_input_refusal_table() {
             "too long",
             json!({"name": "abcdef"}),
             "inputs.name: longer than 5 characters (6)",
+        ),
+        (
+            "below the minimum",
+            json!({"name": "a", "ratio": -0.5}),
+            "inputs.ratio: -0.5 is below the minimum 0",
+        ),
+        (
+            "above the maximum",
+            json!({"name": "a", "ratio": 2}),
+            "inputs.ratio: 2 is above the maximum 1.5",
         ),
         (
             "json too big",
@@ -129,6 +145,9 @@ fn run_3_defaults_are_filled_and_nulls_mean_absent() {
         .unwrap(),
         json!({"name": "Ada", "times": 2.5, "shout": false, "colour": "red", "size": 2.5, "data": [1]})
     );
+    // The bounds are inclusive.
+    assert!(m.check_input(&json!({"name": "a", "ratio": 0})).is_ok());
+    assert!(m.check_input(&json!({"name": "a", "ratio": 1.5})).is_ok());
     // max_length counts characters, not bytes.
     assert!(m.check_input(&json!({"name": "éééé"})).is_ok());
 }
@@ -183,4 +202,17 @@ fn run_3_file_inputs_need_the_upload_api() {
         "[inputs.extra]\ntype = \"file\"\nrequired = false\n",
     ));
     assert_eq!(m.check_input(&json!({})).unwrap(), json!({}));
+}
+
+#[test]
+fn run_3_number_bounds_reach_the_input_schema() {
+    let schema = manifest().input_schema();
+    assert_eq!(
+        schema["properties"]["ratio"],
+        json!({"type": "number", "minimum": 0.0, "maximum": 1.5})
+    );
+    assert_eq!(
+        schema["properties"]["times"],
+        json!({"type": "number", "default": 1})
+    );
 }
