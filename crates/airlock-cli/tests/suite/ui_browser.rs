@@ -258,6 +258,12 @@ impl Ui {
                  document.documentElement.dataset.theme === '{theme}'"
             ),
         );
+        // A theme already chosen leaves the page as it was, the select
+        // focused: unfocus it, so screenshots show the page as it opens.
+        self.b.execute(
+            "if (document.activeElement) document.activeElement.blur(); return null;",
+            vec![],
+        );
     }
 
     fn problem(&self, p: String) {
