@@ -20,8 +20,6 @@ use crate::suite::runs::{Env, OWNER_PASSWORD, Server};
 use crate::suite::support::Who;
 
 const OWNER: &str = "owner";
-/// The theme cookie the theme form sets (`airlock_ui::session::THEME_COOKIE`).
-const THEME_COOKIE: &str = "airlock_theme";
 const WIDTHS: [u32; 2] = [1280, 375];
 const THEMES: [&str; 2] = ["light", "dark"];
 
@@ -248,7 +246,7 @@ impl Ui {
                 self.b.submit("form[action='/theme']");
             }
         } else {
-            self.b.set_cookie(THEME_COOKIE, theme);
+            self.b.set_cookie(airlock_ui::session::THEME_COOKIE, theme);
             self.b.refresh();
         }
         self.b.wait_until(
