@@ -543,6 +543,50 @@ impl Browser {
             .unwrap_or_default()
     }
 
+    /// Presses Tab from the top of the page until focus comes back around
+    /// (at most `max` times) and returns each element focused, in order,
+    /// with whether it shows a focus indicator (an outline or a box
+    /// shadow): keyboard focus order and visible focus (WCAG 2.4.3, 2.4.7),
+    /// which axe does not check.
+    pub(crate) fn tab_walk(&self, max: usize) -> Vec<(String, bool)> {
+        const DESCRIBE: &str = "const e = document.activeElement;
+             if (!e || e === document.body) return null;
+             const s = getComputedStyle(e);
+             const visible = (s.outlineStyle !== 'none' && parseFloat(s.outlineWidth) > 0) ||
+                             (s.boxShadow && s.boxShadow !== 'none');
+             const label = (e.getAttribute('aria-label') || e.textContent || e.getAttribute('name') || '')
+               .trim().replace(/\\s+/g, ' ').slice(0, 40);
+             return [e.tagName.toLowerCase() + (e.id ? '#' + e.id : '') +
+                     (label ? ' \"' + label + '\"' : ''), visible];";
+        // Focus starts from the top of the page, not after a field that has
+        // `autofocus`: a focused element removed leaves the starting point
+        // where it was.
+        self.execute(
+            "const s = document.createElement('span'); s.tabIndex = -1;
+             document.body.prepend(s); s.focus(); s.remove(); window.scrollTo(0, 0);
+             return null;",
+            vec![],
+        );
+        let mut out: Vec<(String, bool)> = Vec::new();
+        for _ in 0..max {
+            self.block(|c| async move {
+                let e = c.active_element().await?;
+                e.send_keys("\u{E004}").await
+            })
+            .unwrap_or_else(|e| panic!("Tab on {}: {e}", self.url()));
+            let v = self.execute(DESCRIBE, vec![]);
+            let Some(stop) = v.as_array() else {
+                break;
+            };
+            let desc = stop[0].as_str().unwrap_or("").to_string();
+            if out.first().is_some_and(|(d, _)| *d == desc) {
+                break;
+            }
+            out.push((desc, stop[1] == json!(true)));
+        }
+        out
+    }
+
     /// Writes a PNG of the whole page (the window stretched to the page's
     /// height, at most 6000 px, then put back) to
     /// `target/ui-screenshots/<name>.png`; returns its path.
@@ -919,4 +963,35 @@ fn browser_submit_confirmed_accepts_the_dialog() {
     b.goto(&format!("http://127.0.0.1:{port}/"));
     assert_eq!(b.submit_confirmed("#f"), "Really stop?");
     assert_eq!(b.path(), "/done");
+}
+
+/// `tab_walk` starts at the top even when a later field has `autofocus`,
+/// follows the Tab order, and sees a focus indicator taken away.
+#[test]
+fn browser_tab_walk_sees_a_missing_focus_indicator() {
+    let Some(b) = Browser::start() else {
+        return;
+    };
+    let port = serve_page(
+        "default-src 'none'; style-src 'unsafe-inline'".into(),
+        "<!doctype html><html lang=en><head><title>focus</title>\
+         <style>#bare:focus { outline: none; }</style></head><body><main>\
+         <a href=#top id=first>First</a><button id=bare>Bare</button>\
+         <input id=auto aria-label=Auto autofocus></main></body></html>",
+    );
+    b.goto(&format!("http://127.0.0.1:{port}/"));
+    let stops = b.tab_walk(20);
+    let got: Vec<(&str, bool)> = stops
+        .iter()
+        .map(|(d, v)| (d.split(' ').next().unwrap_or(""), *v))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("a#first", true),
+            ("button#bare", false),
+            ("input#auto", true)
+        ],
+        "{stops:?}"
+    );
 }

@@ -291,6 +291,33 @@ impl Ui {
         self.b.set_window(1280, 900);
     }
 
+    /// Walks the page with the Tab key: every stop shows a focus indicator,
+    /// and a page with a skip link reaches it first.
+    fn check_keyboard(&self, page: &str) {
+        let stops = self.b.tab_walk(150);
+        eprintln!(
+            "{page}: Tab order {}",
+            stops
+                .iter()
+                .map(|(d, _)| d.as_str())
+                .collect::<Vec<_>>()
+                .join(" → ")
+        );
+        if self.b.exists("a.skip") {
+            match stops.first() {
+                Some((d, _)) if d.starts_with("a") && d.contains("Skip") => {}
+                other => self.problem(format!(
+                    "{page}: the first Tab stop is {other:?}, not the skip link"
+                )),
+            }
+        }
+        for (d, visible) in &stops {
+            if !visible {
+                self.problem(format!("{page}: no visible focus on {d}"));
+            }
+        }
+    }
+
     /// Checks the current page (which a reload shows again) in both themes,
     /// chosen as a person does, at both widths; ends in the light theme.
     pub(crate) fn capture(&self, page: &str) {
@@ -299,6 +326,7 @@ impl Ui {
             self.check_here(page, theme);
         }
         self.set_theme("light");
+        self.check_keyboard(page);
         self.captured.borrow_mut().push(page.to_string());
     }
 
