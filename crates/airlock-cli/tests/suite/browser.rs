@@ -582,6 +582,13 @@ impl Browser {
             if out.first().is_some_and(|(d, _)| *d == desc) {
                 break;
             }
+            // Tab also moves through the parts of a native control (a date
+            // field's day, month, year and picker button) with focus on the
+            // field itself; it is one stop, judged as focus enters it (the
+            // parts' own rings are the browser's, out of the page's reach).
+            if out.last().is_some_and(|(d, _)| *d == desc) {
+                continue;
+            }
             out.push((desc, stop[1] == json!(true)));
         }
         out
