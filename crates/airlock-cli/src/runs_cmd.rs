@@ -281,6 +281,7 @@ pub fn runs(paths: &Paths, cmd: &RunsCommand) -> ExitCode {
                 state,
                 limit: Some(*limit),
                 cursor: cursor.clone(),
+                ..Default::default()
             };
             let list = match door.list_runs(&q).await {
                 Ok(l) => l,

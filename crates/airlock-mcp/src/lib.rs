@@ -272,6 +272,7 @@ impl ServerHandler for Airlock {
             state: None,
             limit: Some(20),
             cursor: None,
+            ..Default::default()
         };
         let runs = match self.svc.list_runs(&c, &q).await {
             Ok(l) => l.runs,

@@ -425,6 +425,7 @@ pub(crate) async fn call(
                 state: a.state.map(|s| s.0),
                 limit: a.limit,
                 cursor: a.cursor,
+                ..Default::default()
             };
             ok(svc.list_runs(c, &q).await)
         }

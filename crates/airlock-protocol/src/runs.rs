@@ -171,10 +171,22 @@ pub struct RunCreated {
 pub struct ListRuns {
     /// Only runs in this state.
     pub state: Option<RunState>,
+    /// Only runs of this worker.
+    #[param(max_length = 64)]
+    pub worker: Option<String>,
+    /// Only runs started this way (`api`, `cli`, `plan`, `schedule`, `webhook`, …).
+    #[param(max_length = 64)]
+    pub trigger: Option<String>,
+    /// Only runs created at or after this time (Unix milliseconds).
+    #[param(minimum = 0)]
+    pub since: Option<i64>,
+    /// Only runs created before this time (Unix milliseconds).
+    #[param(minimum = 0)]
+    pub until: Option<i64>,
     /// Page size (default 50).
     #[param(minimum = 1, maximum = 500)]
     pub limit: Option<i64>,
-    /// The `next_cursor` of the previous page.
+    /// The `next_cursor` of the previous page (the same filters apply).
     #[param(max_length = 128)]
     pub cursor: Option<String>,
 }

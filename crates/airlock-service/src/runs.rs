@@ -254,9 +254,30 @@ impl Service {
         if q.cursor.as_ref().is_some_and(|c| c.chars().count() > 128) {
             return Err(Error::invalid_query("cursor is at most 128 characters"));
         }
+        for (name, v) in [("worker", &q.worker), ("trigger", &q.trigger)] {
+            if v.as_ref().is_some_and(|v| v.chars().count() > 64) {
+                return Err(Error::invalid_query(format!(
+                    "{name} is at most 64 characters"
+                )));
+            }
+        }
+        for (name, v) in [("since", q.since), ("until", q.until)] {
+            if v.is_some_and(|v| v < 0) {
+                return Err(Error::invalid_query(format!(
+                    "{name} is a time in Unix milliseconds (0 or more)"
+                )));
+            }
+        }
+        let filter = airlock_store::RunFilter {
+            state: q.state,
+            worker: q.worker.as_deref().filter(|w| !w.is_empty()),
+            trigger: q.trigger.as_deref().filter(|t| !t.is_empty()),
+            since: q.since,
+            until: q.until,
+        };
         let runs = self
             .store
-            .list_runs(&c.workspace, q.state, limit, q.cursor.as_deref())
+            .list_runs_where(&c.workspace, &filter, limit, q.cursor.as_deref())
             .await
             .svc()?;
         let next_cursor = if i64::try_from(runs.len()).unwrap_or(0) == limit {

@@ -16,6 +16,19 @@ use crate::store::{AuditRecord, Backend, Result, Store, StoreError, now_ms};
 pub type RunRecord = airlock_protocol::runs::Run;
 pub use airlock_protocol::runs::{Artifact, RunEvent, RunState};
 
+/// Which runs a listing keeps (every field optional; `None` keeps all).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RunFilter<'a> {
+    pub state: Option<RunState>,
+    pub worker: Option<&'a str>,
+    /// The trigger (`api`, `cli`, `schedule`, …).
+    pub trigger: Option<&'a str>,
+    /// Created at or after (Unix milliseconds).
+    pub since: Option<i64>,
+    /// Created before (Unix milliseconds).
+    pub until: Option<i64>,
+}
+
 pub(crate) const RUN_COLUMNS: &str = "id, workspace_id, worker_id, state, input, input_hash, trigger_source, actor, plan_id, created_at, started_at, finished_at, attempt, fencing_token, workload_started, cancel_requested, exit_code, signal, error_code, error_message, containment, egress, outputs";
 
 fn json_col(row: &AnyRow, col: &str) -> Result<Option<serde_json::Value>> {
@@ -213,6 +226,23 @@ impl Store {
         limit: i64,
         before: Option<&str>,
     ) -> Result<Vec<RunRecord>> {
+        let filter = RunFilter {
+            state,
+            ..RunFilter::default()
+        };
+        self.list_runs_where(workspace, &filter, limit, before)
+            .await
+    }
+
+    /// Newest first, only the runs `filter` keeps; `before` is a cursor
+    /// (the last id of the previous page, under the same filter).
+    pub async fn list_runs_where(
+        &self,
+        workspace: &str,
+        filter: &RunFilter<'_>,
+        limit: i64,
+        before: Option<&str>,
+    ) -> Result<Vec<RunRecord>> {
         let limit = limit.clamp(1, 500);
         let cursor = match before {
             Some(id) => sqlx::query_scalar::<_, i64>(
@@ -226,10 +256,12 @@ impl Store {
             None => None,
         };
         let (t, cid) = cursor.unwrap_or((i64::MAX, String::new()));
-        let state_filter = state.map(RunState::as_str).unwrap_or("");
+        let state_filter = filter.state.map(RunState::as_str).unwrap_or("");
         let rows = sqlx::query(&format!(
             "SELECT {RUN_COLUMNS} FROM runs WHERE workspace_id = $1 AND ($2 = '' OR state = $2) \
              AND (created_at < $3 OR (created_at = $3 AND id < $4) OR $4 = '') \
+             AND ($6 = '' OR worker_id = $6) AND ($7 = '' OR trigger_source = $7) \
+             AND created_at >= $8 AND created_at < $9 \
              ORDER BY created_at DESC, id DESC LIMIT $5"
         ))
         .bind(workspace)
@@ -237,6 +269,10 @@ impl Store {
         .bind(t)
         .bind(&cid)
         .bind(limit)
+        .bind(filter.worker.unwrap_or(""))
+        .bind(filter.trigger.unwrap_or(""))
+        .bind(filter.since.unwrap_or(i64::MIN))
+        .bind(filter.until.unwrap_or(i64::MAX))
         .fetch_all(&self.pool)
         .await?;
         rows.iter().map(run_from_row).collect()

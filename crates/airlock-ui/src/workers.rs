@@ -585,20 +585,14 @@ async fn secret_rows(s: &AppState, v: &Viewer, names: &[String]) -> Vec<SecretRo
 
 /// The worker's latest runs.
 async fn recent_runs(s: &AppState, v: &Viewer, worker: &str) -> Result<Vec<RunRow>, UiError> {
-    // TODO(merge): once `ListRuns` has a `worker` filter, ask for this
-    // worker's runs instead of filtering the workspace's latest page.
     let q = ListRuns {
-        limit: Some(200),
+        worker: Some(worker.to_string()),
+        limit: Some(RECENT_RUNS as i64),
         ..Default::default()
     };
     let now = s.service.now();
     let l = s.service.list_runs(&v.caller, &q).await?;
-    Ok(l.runs
-        .iter()
-        .filter(|r| r.worker_id == worker)
-        .take(RECENT_RUNS)
-        .map(|r| RunRow::new(r, now))
-        .collect())
+    Ok(l.runs.iter().map(|r| RunRow::new(r, now)).collect())
 }
 
 async fn detail(
