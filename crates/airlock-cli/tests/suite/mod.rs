@@ -1,5 +1,6 @@
 mod agents;
 mod approvals;
+mod browser;
 mod docs;
 mod egress;
 mod iam;
@@ -13,5 +14,6 @@ mod small_model;
 mod support;
 mod terminal;
 mod tidy;
+mod ui_browser;
 mod up;
 mod upstream;

@@ -403,6 +403,8 @@ pub(crate) struct Server {
     /// Sent as `Authorization: Bearer` unless a request brings its own
     /// credentials.
     key: String,
+    /// This server's stdout and stderr (also in the env's `server_logs`).
+    log: PathBuf,
 }
 
 /// The bootstrap flow a new operator follows (IAM-1), then a login and an
@@ -439,7 +441,20 @@ fn bootstrap_owner(s: &Server, env: &Env) -> String {
 }
 
 impl Server {
+    /// A server of `env`, ready, its owner bootstrapped through the API (once
+    /// per env) and the owner's API key sent with every request.
     pub(crate) fn start(env: &Env, extra_env: &[(&str, &str)]) -> Self {
+        let mut s = Self::start_unbootstrapped(env, extra_env);
+        let mut key = env.api_key.lock().unwrap();
+        if key.is_none() {
+            *key = Some(bootstrap_owner(&s, env));
+        }
+        s.key = key.clone().unwrap();
+        s
+    }
+    /// A server of `env`, ready, with no owner made and no key sent (the
+    /// browser tests bootstrap through the web UI).
+    pub(crate) fn start_unbootstrapped(env: &Env, extra_env: &[(&str, &str)]) -> Self {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -456,6 +471,7 @@ impl Server {
         };
         let out = std::fs::File::create(&log).unwrap();
         let err = out.try_clone().unwrap();
+        let log_path = log.clone();
         cmd.args(["up", "--listen", &format!("127.0.0.1:{port}")])
             .stdout(out)
             .stderr(err);
@@ -463,22 +479,26 @@ impl Server {
             cmd.env(k, v);
         }
         let child = cmd.spawn().unwrap();
-        let mut s = Self {
+        let s = Self {
             child,
             port,
             key: String::new(),
+            log: log_path,
         };
         let deadline = Instant::now() + Duration::from_secs(30);
         while s.get("/readyz").0 != 200 {
             assert!(Instant::now() < deadline, "server did not become ready");
             std::thread::sleep(Duration::from_millis(50));
         }
-        let mut key = env.api_key.lock().unwrap();
-        if key.is_none() {
-            *key = Some(bootstrap_owner(&s, env));
-        }
-        s.key = key.clone().unwrap();
         s
+    }
+    /// `http://127.0.0.1:PORT`, what a browser opens.
+    pub(crate) fn base_url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+    /// Everything this server printed so far (stdout and stderr).
+    pub(crate) fn log_text(&self) -> String {
+        String::from_utf8_lossy(&std::fs::read(&self.log).unwrap_or_default()).into_owned()
     }
     /// Signs in; returns the status, the `name=value` cookie and the CSRF token.
     pub(crate) fn login(&self, user: &str, password: &str) -> (u16, String, String) {
