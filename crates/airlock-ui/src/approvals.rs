@@ -57,22 +57,7 @@ struct ApprovalRow {
     decided: String,
 }
 
-/// Usernames by user id, to show people by name (ids when the list
-/// cannot be read).
-async fn names(s: &AppState, v: &Viewer) -> HashMap<String, String> {
-    match s.service.list_members(&v.caller).await {
-        Ok(l) => l
-            .members
-            .into_iter()
-            .map(|m| (m.user_id, m.username))
-            .collect(),
-        Err(_) => HashMap::new(),
-    }
-}
-
-fn name_of(names: &HashMap<String, String>, id: &str) -> String {
-    names.get(id).cloned().unwrap_or_else(|| id.to_string())
-}
+use crate::page::{name_of, names};
 
 impl ApprovalRow {
     fn new(a: &Approval, names: &HashMap<String, String>) -> Self {

@@ -8,7 +8,7 @@
 use airlock_api::AppState;
 use airlock_api::auth::authenticate_credential;
 use airlock_protocol::identity::{
-    Bootstrap, Login, Reauthenticate, SecondFactor, Session, TotpCode,
+    Bootstrap, Login, PasswordReset, Reauthenticate, SecondFactor, Session, TotpCode,
 };
 use airlock_protocol::{Error, ErrorCode};
 use airlock_service::{Credential, IssuedSession};
@@ -33,6 +33,7 @@ pub fn routes() -> Router<AppState> {
         .route("/sign-in/mfa", get(mfa_page).post(mfa))
         .route("/sign-out", post(sign_out))
         .route("/bootstrap", get(bootstrap_page).post(bootstrap))
+        .route("/set-password", get(set_password_page).post(set_password))
         .route("/account", get(account))
         .route("/account/sessions/{id}/revoke", post(revoke_session))
         .route("/account/totp", post(totp_start))
@@ -79,6 +80,7 @@ async fn sign_in_page(headers: axum::http::HeaderMap, Query(q): Query<NextQuery>
     let notice = match q.done.as_deref() {
         Some("bootstrap") => "The first owner exists. Sign in with the password you chose.",
         Some("signed-out") => "You are signed out.",
+        Some("password-set") => "Your password is set. Sign in with it.",
         _ => "",
     };
     render(&SignInPage {
@@ -281,6 +283,54 @@ async fn bootstrap(State(s): State<AppState>, req: Request) -> Result<Response, 
     };
     match s.service.bootstrap(&client_info(&s, &parts), &b).await {
         Ok(_) => Ok(see_other("/sign-in?done=bootstrap")),
+        Err(e) if crate::page::on_the_form(&e) => Ok(render_status(
+            airlock_api::status_of(e.code),
+            &page(e.message),
+        )),
+        Err(e) => Err(e.into()),
+    }
+}
+
+#[derive(Template)]
+#[template(path = "set_password.html")]
+struct SetPasswordPage {
+    title: &'static str,
+    theme: &'static str,
+    error: String,
+}
+
+async fn set_password_page(headers: axum::http::HeaderMap) -> Response {
+    render(&SetPasswordPage {
+        title: "Set your password",
+        theme: Theme::of(&headers).as_str(),
+        error: String::new(),
+    })
+}
+
+/// A new member's first password, or a reset an operator issued (IAM-4):
+/// the single-use token they were handed. The service checks the token
+/// and the password's rules; success ends every session of the account.
+async fn set_password(State(s): State<AppState>, req: Request) -> Result<Response, UiError> {
+    let (parts, fields) = form_fields(req).await?;
+    same_origin(&parts.headers)?;
+    let password = field(&fields, "password").unwrap_or("").to_string();
+    let page = |error: String| SetPasswordPage {
+        title: "Set your password",
+        theme: Theme::of(&parts.headers).as_str(),
+        error,
+    };
+    if password != field(&fields, "password_again").unwrap_or("") {
+        return Ok(render_status(
+            StatusCode::BAD_REQUEST,
+            &page("The two passwords differ.".into()),
+        ));
+    }
+    let b = PasswordReset {
+        token: field(&fields, "token").unwrap_or("").trim().to_string(),
+        new_password: password,
+    };
+    match s.service.password_reset(&client_info(&s, &parts), &b).await {
+        Ok(()) => Ok(see_other("/sign-in?done=password-set")),
         Err(e) if crate::page::on_the_form(&e) => Ok(render_status(
             airlock_api::status_of(e.code),
             &page(e.message),

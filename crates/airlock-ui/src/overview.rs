@@ -70,6 +70,7 @@ async fn runs_in(
         rows.extend(l.runs.iter().map(|r| RunRow::new(r, now)));
     }
     rows.sort_by(|a, b| b.created_iso.cmp(&a.created_iso));
+    RunRow::name_actors(&mut rows, &crate::page::names(s, v).await);
     Ok(rows)
 }
 

@@ -323,3 +323,25 @@ impl IntoResponse for UiError {
 pub fn on_the_form(e: &Error) -> bool {
     status_of(e.code).is_client_error()
 }
+
+/// Usernames by user id, to show people by name (ids when the list
+/// cannot be read).
+pub async fn names(
+    s: &AppState,
+    v: &crate::session::Viewer,
+) -> std::collections::HashMap<String, String> {
+    match s.service.list_members(&v.caller).await {
+        Ok(l) => l
+            .members
+            .into_iter()
+            .map(|m| (m.user_id, m.username))
+            .collect(),
+        Err(_) => std::collections::HashMap::new(),
+    }
+}
+
+/// The username of `id`, else `id` itself (`cli`, `schedule:…`, a member
+/// who left).
+pub fn name_of(names: &std::collections::HashMap<String, String>, id: &str) -> String {
+    names.get(id).cloned().unwrap_or_else(|| id.to_string())
+}

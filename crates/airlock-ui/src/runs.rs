@@ -65,6 +65,13 @@ pub struct RunRow {
 }
 
 impl RunRow {
+    /// Every row's actor by name, where it is a member's id.
+    pub fn name_actors(rows: &mut [RunRow], names: &std::collections::HashMap<String, String>) {
+        for r in rows {
+            r.actor = crate::page::name_of(names, &r.actor);
+        }
+    }
+
     pub fn new(r: &Run, now: i64) -> Self {
         Self {
             short_id: format::clip(&r.id, 14),
@@ -241,6 +248,7 @@ async fn list(
             Ok(l) => {
                 let now = s.service.now();
                 rows = l.runs.iter().map(|r| RunRow::new(r, now)).collect();
+                RunRow::name_actors(&mut rows, &crate::page::names(&s, &v).await);
                 next = l
                     .next_cursor
                     .map(|c| format!("/runs?{}", f.query(Some(&c))));
@@ -294,10 +302,9 @@ async fn rows_fragment(
         .map_err(|e| UiError::Page(Error::invalid_query(e)))?;
     let l = s.service.list_runs(&v.caller, &q).await?;
     let now = s.service.now();
-    Ok(render(&RunRows {
-        rows: l.runs.iter().map(|r| RunRow::new(r, now)).collect(),
-        empty: EMPTY,
-    }))
+    let mut rows: Vec<RunRow> = l.runs.iter().map(|r| RunRow::new(r, now)).collect();
+    RunRow::name_actors(&mut rows, &crate::page::names(&s, &v).await);
+    Ok(render(&RunRows { rows, empty: EMPTY }))
 }
 
 // ------------------------------------------------------------ a run's page
@@ -452,6 +459,8 @@ pub struct GuaranteeView {
 struct RunPage {
     chrome: Chrome,
     run: Run,
+    /// Who started it, by name where it is a member.
+    actor: String,
     short: String,
     terminal: bool,
     created: String,
@@ -721,7 +730,9 @@ async fn run_page(
         })
         .collect();
     let (curl, cli) = commands(&s, &headers, &run);
+    let actor = crate::page::name_of(&crate::page::names(&s, &v).await, &run.actor);
     let page = RunPage {
+        actor,
         chrome: Chrome::load(
             &s,
             &v,

@@ -184,3 +184,74 @@ async fn a_form_sent_after_its_session_ended_says_nothing_was_done() {
     assert!(r.text.contains("nothing was done"), "{}", r.text);
     assert_page_headers(&r);
 }
+
+#[tokio::test]
+async fn a_new_member_sets_a_password_with_the_token_and_signs_in() {
+    let h = ui().await;
+    let owner = h.bootstrap_owner().await;
+    let r = h
+        .call(
+            &owner,
+            "PUT",
+            "/v1/members/newbie",
+            Some(serde_json::json!({"role": "viewer"})),
+        )
+        .await;
+    let token = r.body["setup_token"].as_str().unwrap().to_string();
+    let r = page(&h, &Cred::None, "/set-password").await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert_page_headers(&r);
+    assert_no_inline_code(&r.text);
+    let pw = "a fresh long passphrase";
+    // Mismatched passwords and a wrong token: refused on the page.
+    let r = form(
+        &h,
+        &Cred::None,
+        "/set-password",
+        &[
+            ("token", &token),
+            ("password", pw),
+            ("password_again", "other"),
+        ],
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    let r = form(
+        &h,
+        &Cred::None,
+        "/set-password",
+        &[
+            ("token", "alr_wrong"),
+            ("password", pw),
+            ("password_again", pw),
+        ],
+    )
+    .await;
+    assert!(r.status.is_client_error(), "{}", r.status);
+    assert!(r.text.contains("role=\"alert\""));
+    // Control: the real token sets it, once.
+    let r = form(
+        &h,
+        &Cred::None,
+        "/set-password",
+        &[("token", &token), ("password", pw), ("password_again", pw)],
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.text);
+    let r = form(
+        &h,
+        &Cred::None,
+        "/sign-in",
+        &[("username", "newbie"), ("password", pw), ("next", "/")],
+    )
+    .await;
+    assert_eq!(location(&r), "/");
+    let r = form(
+        &h,
+        &Cred::None,
+        "/set-password",
+        &[("token", &token), ("password", pw), ("password_again", pw)],
+    )
+    .await;
+    assert!(r.status.is_client_error());
+}
