@@ -59,7 +59,7 @@ struct ApprovalRow {
 
 /// Usernames by user id, to show people by name (ids when the list
 /// cannot be read).
-async fn names(s: &AppState, v: &Viewer) -> HashMap<String, String> {
+pub(crate) async fn names(s: &AppState, v: &Viewer) -> HashMap<String, String> {
     match s.service.list_members(&v.caller).await {
         Ok(l) => l
             .members
@@ -70,7 +70,7 @@ async fn names(s: &AppState, v: &Viewer) -> HashMap<String, String> {
     }
 }
 
-fn name_of(names: &HashMap<String, String>, id: &str) -> String {
+pub(crate) fn name_of(names: &HashMap<String, String>, id: &str) -> String {
     names.get(id).cloned().unwrap_or_else(|| id.to_string())
 }
 

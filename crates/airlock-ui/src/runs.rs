@@ -664,16 +664,23 @@ async fn run_page(
         limit: Some(100),
         ..Default::default()
     };
-    let approvals = s
-        .service
-        .list_approvals(&v.caller, &q)
-        .await?
-        .approvals
+    let approvals = s.service.list_approvals(&v.caller, &q).await?.approvals;
+    // Who decided, by name (as the approvals pages say it).
+    let names = if approvals.iter().any(|a| a.decided_by.is_some()) {
+        crate::approvals::names(&s, &v).await
+    } else {
+        Default::default()
+    };
+    let approvals = approvals
         .into_iter()
         .map(|a| ApprovalView {
             kind: format!("{:?}", a.kind).to_lowercase(),
             state: a.state.as_str(),
-            decided_by: a.decided_by.unwrap_or_default(),
+            decided_by: a
+                .decided_by
+                .as_deref()
+                .map(|b| crate::approvals::name_of(&names, b))
+                .unwrap_or_default(),
             created: format::time(a.created_at),
             id: a.id,
         })

@@ -316,6 +316,8 @@ fn ui_a_rejected_action_ends_the_run_without_running_it() {
     let (_, d) = api(&ui, &key, "GET", &format!("/v1/approvals/{id}"), None);
     assert_eq!(d["state"], "rejected", "{d}");
     assert_eq!(d["note"], "no commands today", "{d}");
+    let listed = ui.b.text("#run-approvals");
+    assert!(listed.contains("decided by reviewer"), "{listed}");
     ui.capture("run-rejected");
     ui.finish();
 }
