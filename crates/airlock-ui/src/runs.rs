@@ -673,16 +673,19 @@ async fn run_page(
         limit: Some(100),
         ..Default::default()
     };
-    let approvals = s
-        .service
-        .list_approvals(&v.caller, &q)
-        .await?
-        .approvals
+    let approvals = s.service.list_approvals(&v.caller, &q).await?.approvals;
+    // People by name: who started the run, who decided its approvals.
+    let names = crate::page::names(&s, &v).await;
+    let approvals = approvals
         .into_iter()
         .map(|a| ApprovalView {
             kind: format!("{:?}", a.kind).to_lowercase(),
             state: a.state.as_str(),
-            decided_by: a.decided_by.unwrap_or_default(),
+            decided_by: a
+                .decided_by
+                .as_deref()
+                .map(|b| crate::page::name_of(&names, b))
+                .unwrap_or_default(),
             created: format::time(a.created_at),
             id: a.id,
         })
@@ -730,7 +733,7 @@ async fn run_page(
         })
         .collect();
     let (curl, cli) = commands(&s, &headers, &run);
-    let actor = crate::page::name_of(&crate::page::names(&s, &v).await, &run.actor);
+    let actor = crate::page::name_of(&names, &run.actor);
     let page = RunPage {
         actor,
         chrome: Chrome::load(

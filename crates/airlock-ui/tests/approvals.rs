@@ -212,6 +212,11 @@ async fn rejecting_and_an_expired_request_end_in_the_right_state() {
         .call(&owner, "GET", &format!("/v1/runs/{run}"), None)
         .await;
     assert_ne!(r.body["run"]["state"], "awaiting_approval");
+    // The run's page names who decided (a person, not a user id).
+    let r = page(&h, &owner, &format!("/runs/{run}")).await;
+    assert!(r.text.contains("decided by alice"), "{}", r.text);
+    let by = a["decided_by"].as_str().unwrap();
+    assert!(!r.text.contains(by), "the decider shown by id: {}", r.text);
 
     let (_, id2) = gated_run(&h, &owner).await;
     let html = page(&h, &alice, &format!("/approvals/{id2}")).await.text;

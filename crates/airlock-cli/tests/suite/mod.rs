@@ -15,5 +15,6 @@ mod support;
 mod terminal;
 mod tidy;
 mod ui_browser;
+mod ui_flows;
 mod up;
 mod upstream;

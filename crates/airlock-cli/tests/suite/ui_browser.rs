@@ -19,7 +19,7 @@ use crate::suite::browser::{Browser, csp_reports, wait_reports};
 use crate::suite::runs::{Env, OWNER_PASSWORD, Server};
 use crate::suite::support::Who;
 
-const OWNER: &str = "owner";
+pub(crate) const OWNER: &str = "owner";
 const WIDTHS: [u32; 2] = [1280, 375];
 const THEMES: [&str; 2] = ["light", "dark"];
 
@@ -64,6 +64,28 @@ impl Ui {
     /// The same, in a browser whose pages run no JavaScript (no `app.js`).
     pub(crate) fn start_without_javascript(flow: &'static str) -> Option<Self> {
         Self::with_browser(flow, Browser::start_without_javascript()?)
+    }
+
+    /// The same, with `prepare` run on the env before its server starts
+    /// (an agent worker, a model profile) and `extra_env` given to the
+    /// server.
+    pub(crate) fn start_prepared(
+        flow: &'static str,
+        prepare: impl FnOnce(&Env),
+        extra_env: &[(&str, &str)],
+    ) -> Option<Self> {
+        let b = Browser::start()?;
+        let env = Env::with_examples(Who::Invoker);
+        prepare(&env);
+        let server = Server::start_unbootstrapped(&env, extra_env);
+        Some(Self {
+            env,
+            server,
+            b,
+            flow,
+            problems: RefCell::new(Vec::new()),
+            captured: RefCell::new(Vec::new()),
+        })
     }
 
     fn with_browser(flow: &'static str, b: Browser) -> Option<Self> {
