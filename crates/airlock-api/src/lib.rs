@@ -42,6 +42,7 @@ use utoipa_axum::routes;
 
 use crate::auth::HttpConfig;
 use crate::limits::{LimitConfig, Limits};
+pub use crate::runs::artifact_download;
 
 /// Shared state of the router.
 #[derive(Clone, Debug)]

@@ -177,16 +177,28 @@ pub(crate) async fn artifact(
     InWorkspace(c): InWorkspace,
     Path((id, name)): Path<(String, String)>,
 ) -> Result<Response, ApiError> {
-    let (a, path) = s.service.artifact(&c, &id, &name).await?;
+    artifact_download(&s, &c, &id, &name).await
+}
+
+/// An artifact as every front end serves it (the API here, the web
+/// interface through this function): the service's `artifact` (permission,
+/// workspace, path checks), streamed as an attachment with its sniffed
+/// type, never rendered: an active type (HTML, SVG, XML, script) is sent
+/// as inert text, and the hardening headers add `nosniff` and a `sandbox`
+/// CSP that disarms anything a browser renders anyway.
+pub async fn artifact_download(
+    s: &AppState,
+    c: &airlock_service::Caller,
+    id: &str,
+    name: &str,
+) -> Result<Response, ApiError> {
+    let (a, path) = s.service.artifact(c, id, name).await?;
     let file = tokio::fs::File::open(&path)
         .await
         .map_err(|_| ApiError::not_found())?;
     let body = axum::body::Body::from_stream(tokio_util::io::ReaderStream::new(file));
     let mut r = Response::new(body);
     let h = r.headers_mut();
-    // Served as an attachment with its sniffed type, never rendered: an
-    // active type (HTML, SVG, XML, script) is downgraded to inert text, and
-    // the API's CSP (`sandbox`) disarms anything that is rendered anyway.
     let essence = a
         .media_type
         .split(';')
@@ -212,6 +224,12 @@ pub(crate) async fn artifact(
         .chars()
         .filter(|c| c.is_ascii_alphanumeric() || "._-".contains(*c))
         .collect();
+    // No empty or hidden file name.
+    let safe = if safe.is_empty() || safe.starts_with('.') {
+        format!("artifact{safe}")
+    } else {
+        safe
+    };
     if let Ok(v) = HeaderValue::from_str(&format!("attachment; filename=\"{safe}\"")) {
         h.insert(header::CONTENT_DISPOSITION, v);
     }

@@ -883,80 +883,14 @@ fn sse_events(e: &RunEvent) -> Vec<Event> {
     out
 }
 
-/// Media types a browser may show inline without running anything.
-const SAFE_TYPES: &[&str] = &[
-    "text/plain",
-    "application/json",
-    "image/png",
-    "image/jpeg",
-    "image/gif",
-    "image/webp",
-    "application/pdf",
-    "text/csv",
-];
-
-/// An artifact as a download: always an attachment, `nosniff`, and a
-/// type that cannot run script (anything not known to be inert is
-/// `application/octet-stream`).
+/// An artifact as a download: the API's one way of serving it (an
+/// attachment, an inert type, `nosniff`, a `sandbox` CSP).
 async fn artifact(
     State(s): State<AppState>,
     v: Viewer,
     Path((id, name)): Path<(String, String)>,
 ) -> Result<Response, UiError> {
-    let (a, path) = s.service.artifact(&v.caller, &id, &name).await?;
-    let file = tokio::fs::File::open(&path)
-        .await
-        .map_err(|_| UiError::Page(Error::not_found()))?;
-    let body = axum::body::Body::from_stream(tokio_util::io::ReaderStream::new(file));
-    let mut r = Response::new(body);
-    let h = r.headers_mut();
-    let essence = a
-        .media_type
-        .split(';')
-        .next()
-        .unwrap_or("")
-        .trim()
-        .to_ascii_lowercase();
-    let media = if SAFE_TYPES.contains(&essence.as_str()) {
-        if essence.starts_with("text/") {
-            format!("{essence}; charset=utf-8")
-        } else {
-            essence
-        }
-    } else {
-        "application/octet-stream".to_string()
-    };
-    h.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_str(&media)
-            .unwrap_or(HeaderValue::from_static("application/octet-stream")),
-    );
-    h.insert(
-        header::X_CONTENT_TYPE_OPTIONS,
-        HeaderValue::from_static("nosniff"),
-    );
-    h.insert(
-        header::CONTENT_SECURITY_POLICY,
-        HeaderValue::from_static("default-src 'none'; sandbox"),
-    );
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    let safe: String = a
-        .name
-        .rsplit('/')
-        .next()
-        .unwrap_or("artifact")
-        .chars()
-        .filter(|c| c.is_ascii_alphanumeric() || "._-".contains(*c))
-        .collect();
-    let safe = if safe.is_empty() || safe.starts_with('.') {
-        format!("artifact{safe}")
-    } else {
-        safe
-    };
-    if let Ok(v) = HeaderValue::from_str(&format!("attachment; filename=\"{safe}\"")) {
-        h.insert(header::CONTENT_DISPOSITION, v);
-    }
-    Ok(r)
+    Ok(airlock_api::artifact_download(&s, &v.caller, &id, &name).await?)
 }
 
 // ------------------------------------------------------------------ cancel
