@@ -769,3 +769,217 @@ async fn api_5_uploads_are_in_the_openapi_document() {
         );
     }
 }
+
+/// A worker with one file input, `doc` (at most 16 bytes), and a string output.
+fn reader_manifest() -> String {
+    common::HELLO.replace("\"hello\"", "\"reader\"")
+        + "[inputs.doc]\ntype = \"file\"\nmax_bytes = 16\n[outputs.text]\ntype = \"string\"\n"
+}
+
+/// The script a real sandbox would run; the recording launcher below plays it.
+const READER: &str =
+    "printf '{\"text\": \"%s\"}' \"$(cat /airlock/input/doc)\" > /airlock/output/result.json\n";
+
+/// Plays `READER` through the launch's mounts exactly as the sandbox maps them: reads
+/// `/airlock/input.json`, follows the path it gives for `doc` to its mount (which must be
+/// read-only), and writes the bytes it found to `result.json`.
+fn reading_launcher() -> airlock_launch::RecordingLauncher {
+    airlock_launch::RecordingLauncher::answering(|launch, _| {
+        let mount = |target: &str| {
+            launch
+                .sandbox
+                .mounts
+                .iter()
+                .find(|m| m.target == std::path::Path::new(target))
+                .unwrap_or_else(|| panic!("no mount at {target}"))
+                .clone()
+        };
+        let input: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(mount("/airlock/input.json").source).unwrap())
+                .unwrap();
+        let path = input["doc"].as_str().expect("doc is a path string");
+        assert_eq!(path, "/airlock/input/doc");
+        let file = mount(path);
+        assert!(!file.writable, "file inputs are read-only");
+        let staged = file.source;
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(&staged).unwrap().permissions().mode();
+            assert_eq!(mode & 0o777, 0o400, "staged read-only");
+        }
+        let text = String::from_utf8(std::fs::read(&staged).unwrap()).unwrap();
+        let out = mount("/airlock/output").source;
+        std::fs::write(
+            out.join("result.json"),
+            serde_json::json!({ "text": text }).to_string(),
+        )
+        .unwrap();
+        Ok(airlock_launch::Launched {
+            result: airlock_launch::fake_result(Some(0), None),
+            egress: None,
+            notices: Vec::new(),
+        })
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_5_a_run_reads_an_uploaded_file_input() {
+    let launcher = std::sync::Arc::new(reading_launcher());
+    let h = Harness::builder()
+        .worker("reader", &reader_manifest(), READER)
+        .launcher(launcher.clone())
+        .build()
+        .await;
+    let owner = h.bootstrap_owner().await;
+    let up = h
+        .upload(
+            &owner,
+            "doc.txt",
+            Some("text/plain"),
+            b"file bytes!".to_vec(),
+        )
+        .await;
+    assert_eq!(up.status, StatusCode::CREATED, "{}", up.body);
+    let id = up.body["upload"]["id"].as_str().unwrap().to_string();
+    let digest = up.body["upload"]["digest"].as_str().unwrap().to_string();
+
+    let r = h
+        .call(
+            &owner,
+            "POST",
+            "/v1/workers/reader/runs",
+            Some(serde_json::json!({"input": {"doc": {"upload": id}}})),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    // The stored input names the upload, its name, size and digest: the input hash covers
+    // the content.
+    assert_eq!(
+        r.body["run"]["input"]["doc"],
+        serde_json::json!({"upload": id, "name": "doc.txt", "size": 11, "sha256": digest})
+    );
+    let run_id = r.body["run"]["id"].as_str().unwrap().to_string();
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let exec = tokio::spawn(h.svc.clone().run_executor(stop_rx));
+    let run = loop {
+        let run = h
+            .store()
+            .get_run(DEFAULT_WORKSPACE, &run_id)
+            .await
+            .unwrap()
+            .unwrap();
+        if run.state.is_terminal() {
+            break run;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let _ = stop_tx.send(true);
+    let _ = exec.await;
+    assert_eq!(run.state.as_str(), "succeeded", "{run:?}");
+    assert_eq!(launcher.count(), 1);
+    let r = h
+        .call(&owner, "GET", &format!("/v1/runs/{run_id}"), None)
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    let got = serde_json::to_string(&r.body).unwrap();
+    assert!(got.contains("file bytes!"), "{got}");
+}
+
+#[tokio::test]
+async fn api_5_a_file_input_must_be_the_callers_own_upload_within_its_limit() {
+    let h = Harness::builder()
+        .worker("reader", &reader_manifest(), READER)
+        .launcher(std::sync::Arc::new(reading_launcher()))
+        .build()
+        .await;
+    let owner = h.bootstrap_owner().await;
+    let dev = h.member(&owner, "dev", "developer").await;
+    let id_of = |r: &Resp| r.body["upload"]["id"].as_str().unwrap().to_string();
+    let devs = id_of(
+        &h.upload(&dev, "d.txt", Some("text/plain"), b"dev's".to_vec())
+            .await,
+    );
+    // Made before the second workspace exists: in the default one.
+    let big = id_of(
+        &h.upload(&owner, "big.txt", Some("text/plain"), vec![b'x'; 17])
+            .await,
+    );
+    let mine = id_of(
+        &h.upload(&owner, "ok.txt", Some("text/plain"), b"ok".to_vec())
+            .await,
+    );
+    let w2 = h.create_workspace(&owner, "second").await;
+    let other_ws = h
+        .send(
+            request_builder(&owner, "POST", "/v1/uploads?name=o.txt", Some(&w2))
+                .header("content-type", "text/plain")
+                .body(Body::from("other ws"))
+                .unwrap(),
+        )
+        .await;
+    assert_eq!(other_ws.status, StatusCode::CREATED, "{}", other_ws.body);
+    let other_ws = id_of(&other_ws);
+    let cases = [
+        (
+            serde_json::json!({"upload": devs}),
+            "is not an upload of yours in this workspace",
+        ),
+        (
+            serde_json::json!({"upload": other_ws}),
+            "is not an upload of yours in this workspace",
+        ),
+        (
+            serde_json::json!({"upload": "upl_missing"}),
+            "is not an upload of yours in this workspace",
+        ),
+        (
+            serde_json::json!({"upload": big}),
+            "the upload is 17 bytes, more than this input's limit of 16",
+        ),
+        (serde_json::json!("just text"), "a file input is given as"),
+        (
+            serde_json::json!({"upload": mine, "path": "/etc/passwd"}),
+            "unknown key",
+        ),
+        (
+            serde_json::json!({"upload": mine, "sha256": "0".repeat(64)}),
+            "does not match the given sha256",
+        ),
+    ];
+    for (doc, want) in cases {
+        let r = h
+            .call_ws(
+                &owner,
+                "POST",
+                "/v1/workers/reader/runs",
+                Some(serde_json::json!({"input": { "doc": doc }})),
+                Some(DEFAULT_WORKSPACE),
+            )
+            .await;
+        assert_error(&r, StatusCode::UNPROCESSABLE_ENTITY, "input_invalid");
+        let msg = r.body["error"]["message"].as_str().unwrap();
+        assert!(msg.contains("inputs.doc: "), "{doc}: {msg}");
+        assert!(msg.contains(want), "{doc}: {msg}");
+    }
+    // The developer's own upload is theirs to use, though.
+    let r = h
+        .call(
+            &dev,
+            "POST",
+            "/v1/workers/reader/runs",
+            Some(serde_json::json!({"input": {"doc": {"upload": devs}}})),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let runs = h
+        .store()
+        .list_runs_where(
+            DEFAULT_WORKSPACE,
+            &airlock_store::RunFilter::default(),
+            100,
+            None,
+        )
+        .await
+        .unwrap();
+    assert_eq!(runs.len(), 1, "only the developer's run was created");
+}

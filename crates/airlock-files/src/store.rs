@@ -128,6 +128,58 @@ impl ArtifactStore {
         Ok(hex(&hasher.finalize()) == digest)
     }
 
+    /// Copies the blob named `digest` to a new file at `dest` (created with
+    /// `O_EXCL`, mode 0400), reading at most `max_bytes` and rehashing as it
+    /// goes: a blob larger than `max_bytes` is [`FileError::TooLarge`], one
+    /// whose bytes no longer hash to `digest` is [`FileError::Io`] ("digest
+    /// mismatch"). On any error the partial copy is removed. Returns the size.
+    pub fn copy_out(&self, digest: &str, dest: &Path, max_bytes: u64) -> Result<u64, FileError> {
+        let rel = blob_rel(digest).ok_or_else(|| FileError::BadName {
+            path: display(digest.as_bytes()),
+        })?;
+        let src = OpenOptions::new()
+            .read(true)
+            .custom_flags((OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK).bits())
+            .open(self.root.join(&rel))
+            .map_err(|e| FileError::io(&rel, e))?;
+        let dest_name = display(dest.as_os_str().as_encoded_bytes());
+        let mut out = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(OFlag::O_NOFOLLOW.bits())
+            .open(dest)
+            .map_err(|e| FileError::io(&dest_name, e))?;
+        let mut hasher = Sha256::new();
+        let mut prefix = Vec::new();
+        let copied = copy_hashing(src, &mut hasher, Some((&mut out, &mut prefix)), max_bytes)
+            .map_err(|e| match e {
+                StageError::Exceeded => FileError::TooLarge {
+                    path: rel.clone(),
+                    limit: max_bytes,
+                },
+                StageError::Io(e) => FileError::io(&rel, e),
+            })
+            .and_then(|size| {
+                if hex(&hasher.finalize()) == digest {
+                    Ok(size)
+                } else {
+                    Err(FileError::io(&rel, "digest mismatch"))
+                }
+            })
+            .and_then(|size| {
+                out.set_permissions(Permissions::from_mode(0o400))
+                    .and_then(|()| out.sync_all())
+                    .map_err(|e| FileError::io(&dest_name, e))?;
+                Ok(size)
+            });
+        if copied.is_err() {
+            drop(out);
+            let _ = std::fs::remove_file(dest);
+        }
+        copied
+    }
+
     /// Copies at most `limit` bytes of `reader` into a new file in `tmp/`, hashing the bytes as
     /// they are written. Reads at most `limit + 1` bytes, so a source that keeps growing is cut.
     pub(crate) fn stage(&self, reader: impl Read, limit: u64) -> Result<Staged, StageError> {
@@ -334,6 +386,42 @@ mod tests {
         let res = copy_hashing(&mut src, &mut hasher, None, 10);
         assert!(matches!(res, Err(StageError::Exceeded)));
         assert_eq!(src.0, 11);
+    }
+
+    #[test]
+    fn copy_out_checks_the_digest_and_the_bound_and_leaves_nothing_on_error() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let store = ArtifactStore::open(&dir.path().join("store")).unwrap();
+        let (digest, size) = store.put(&b"file bytes"[..], 100).unwrap();
+        let out = dir.path().join("out");
+        std::fs::create_dir(&out).unwrap();
+
+        let dest = out.join("doc");
+        assert_eq!(store.copy_out(&digest, &dest, size).unwrap(), size);
+        assert_eq!(std::fs::read(&dest).unwrap(), b"file bytes");
+        let mode = std::fs::metadata(&dest).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o400);
+        // Never over an existing file.
+        assert!(store.copy_out(&digest, &dest, size).is_err());
+
+        // Larger than allowed: refused, nothing left.
+        let small = out.join("small");
+        let e = store.copy_out(&digest, &small, size - 1).unwrap_err();
+        assert!(matches!(e, FileError::TooLarge { .. }), "{e:?}");
+        assert!(!small.exists());
+
+        // A blob whose bytes changed: refused, nothing left.
+        let blob = store.path(&digest).unwrap();
+        std::fs::set_permissions(&blob, std::fs::Permissions::from_mode(0o600)).unwrap();
+        std::fs::write(&blob, b"file bytez").unwrap();
+        let bad = out.join("bad");
+        let e = store.copy_out(&digest, &bad, size).unwrap_err();
+        assert!(e.to_string().contains("digest mismatch"), "{e}");
+        assert!(!bad.exists());
+
+        // A malformed digest.
+        assert!(store.copy_out("../x", &out.join("x"), 10).is_err());
     }
 
     #[test]

@@ -71,6 +71,21 @@ fn check_idempotency_key(k: &str) -> Result<()> {
     Ok(())
 }
 
+/// The input as idempotency compares it: a file input by its content
+/// (name, size, digest), not by which upload carried it — a form sent
+/// twice uploads its file twice, and is still the same request (API-8).
+fn idempotency_view(bundle: &Bundle, input: &serde_json::Value) -> serde_json::Value {
+    let mut view = input.clone();
+    for (name, spec) in &bundle.manifest.inputs {
+        if matches!(spec.ty, airlock_worker::FieldType::File { .. })
+            && let Some(serde_json::Value::Object(file)) = view.get_mut(name.as_str())
+        {
+            file.remove("upload");
+        }
+    }
+    view
+}
+
 fn page_size(limit: Option<i64>, default: i64) -> Result<i64> {
     let limit = limit.unwrap_or(default);
     if !(1..=MAX_PAGE).contains(&limit) {
@@ -85,9 +100,12 @@ impl Service {
     /// The worker as `workspace` sees it, which must declare a trigger for
     /// runs from `trigger` (RUN-6: a webhook-only worker cannot be started
     /// by hand), and the input checked against its declared inputs.
-    fn checked_input(
+    /// File inputs name an upload, which must be `actor`'s in `workspace`
+    /// (see [`Self::resolve_uploads`]).
+    async fn checked_input(
         &self,
         workspace: &str,
+        actor: &str,
         worker_id: &str,
         trigger: &str,
         input: &serde_json::Value,
@@ -115,16 +133,104 @@ impl Service {
             .manifest
             .check_input(&input)
             .map_err(|e| Error::new(ErrorCode::InputInvalid, format!("input rejected: {e}")))?;
+        let input = self
+            .resolve_uploads(workspace, actor, &bundle, input)
+            .await?;
         Ok((bundle, input))
+    }
+
+    /// Resolves each file input's `{"upload": id}` (already shape-checked
+    /// by the manifest) to what staging needs:
+    /// `{"upload": id, "name": …, "size": …, "sha256": …}`. The upload must
+    /// be in `workspace` and belong to `actor` — the uploads module's rule:
+    /// an upload is served back only to the user who made it, so only that
+    /// user may hand it to a run. Another user's, another workspace's and a
+    /// missing id are the same refusal. It must fit the input's `max_bytes`
+    /// (and the upload limit). A `sha256` the caller gave pins the content:
+    /// it must match. The run's input hash covers the digest.
+    async fn resolve_uploads(
+        &self,
+        workspace: &str,
+        actor: &str,
+        bundle: &Bundle,
+        mut input: serde_json::Value,
+    ) -> Result<serde_json::Value> {
+        let refused = |name: &str, msg: String| {
+            Error::new(
+                ErrorCode::InputInvalid,
+                format!("input rejected: inputs.{name}: {msg}"),
+            )
+        };
+        for (name, spec) in &bundle.manifest.inputs {
+            let airlock_worker::FieldType::File { max_bytes } = &spec.ty else {
+                continue;
+            };
+            let Some(v) = input.get_mut(name.as_str()) else {
+                continue;
+            };
+            let name = name.as_str();
+            let id = airlock_worker::file_upload_id(v)
+                .ok_or_else(|| {
+                    refused(
+                        name,
+                        "a file input is given as {\"upload\": \"<upload id>\"}".into(),
+                    )
+                })?
+                .to_string();
+            let pinned = v.get("sha256").and_then(|d| d.as_str()).map(str::to_string);
+            let rec = self
+                .store
+                .get_upload(workspace, &id)
+                .await
+                .svc()?
+                .filter(|r| r.user_id == actor)
+                .ok_or_else(|| {
+                    refused(
+                        name,
+                        format!("{id:?} is not an upload of yours in this workspace"),
+                    )
+                })?;
+            let size = u64::try_from(rec.size).map_err(Error::internal)?;
+            let limit = max_bytes
+                .unwrap_or(crate::uploads::MAX_UPLOAD_BYTES as u64)
+                .min(crate::uploads::MAX_UPLOAD_BYTES as u64);
+            if size > limit {
+                return Err(refused(
+                    name,
+                    format!("the upload is {size} bytes, more than this input's limit of {limit}"),
+                ));
+            }
+            if pinned.is_some_and(|d| d != rec.digest) {
+                return Err(refused(
+                    name,
+                    "the upload's content does not match the given sha256".into(),
+                ));
+            }
+            *v = serde_json::json!({
+                "upload": rec.id,
+                "name": rec.name,
+                "size": size,
+                "sha256": rec.digest,
+            });
+        }
+        Ok(input)
     }
 
     /// Creates a queued run with no quota: the scheduler's and the
     /// webhook endpoint's path (they take their own quotas).
     pub(crate) async fn start_run(&self, req: StartRun) -> Result<RunStarted> {
-        let (bundle, input) =
-            self.checked_input(&req.workspace, &req.worker_id, &req.trigger, &req.input)?;
-        let request_hash =
-            airlock_store::sha256_hex(format!("{}\n{}", req.worker_id, input).as_bytes());
+        let (bundle, input) = self
+            .checked_input(
+                &req.workspace,
+                &req.actor,
+                &req.worker_id,
+                &req.trigger,
+                &req.input,
+            )
+            .await?;
+        let request_hash = airlock_store::sha256_hex(
+            format!("{}\n{}", req.worker_id, idempotency_view(&bundle, &input)).as_bytes(),
+        );
         if let Some(k) = &req.idempotency_key {
             check_idempotency_key(k)?;
         }
@@ -416,7 +522,15 @@ impl Service {
                 "ttl_s must be between 1 and {PLAN_TTL_MAX_S}"
             )));
         }
-        let (bundle, input) = self.checked_input(&c.workspace, &req.worker, "plan", &req.input)?;
+        let (bundle, input) = self
+            .checked_input(
+                c.workspace.as_str(),
+                c.actor_id(),
+                &req.worker,
+                "plan",
+                &req.input,
+            )
+            .await?;
         let body = Self::plan_body(&bundle, &input);
         let (token, stored) = self
             .store
@@ -452,8 +566,15 @@ impl Service {
     async fn run_plan_inner(&self, c: &Caller, token: &str) -> Result<Run> {
         let stored = self.store.consume_plan(&c.workspace, token).await.svc()?;
         let input = stored.plan.get("input").cloned().unwrap_or_default();
-        let (bundle, input) =
-            self.checked_input(&c.workspace, &stored.worker_id, "plan", &input)?;
+        let (bundle, input) = self
+            .checked_input(
+                &c.workspace,
+                c.actor_id(),
+                &stored.worker_id,
+                "plan",
+                &input,
+            )
+            .await?;
         let now = Self::plan_body(&bundle, &input);
         if now != stored.plan {
             let changed: Vec<&str> = ["input_hash", "entry_sha256", "runtime", "limits", "egress"]

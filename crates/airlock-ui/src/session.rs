@@ -269,6 +269,97 @@ impl<T: DeserializeOwned + Send> FromRequest<AppState> for Posted<T> {
     }
 }
 
+/// A `multipart/form-data` form a signed-in person sent (the run form of a
+/// worker with a file input): authenticated exactly as [`Posted`] is —
+/// from this origin only, the session with the CSRF token as a state
+/// change — before anything but the token is read. The token must be the
+/// form's first field (`_csrf`, as every form here puts it) or the
+/// `X-CSRF-Token` header. The rest of the body is left to the handler, which
+/// knows how large each field may be; the route's body limit bounds it all.
+pub struct PostedMultipart {
+    pub viewer: Viewer,
+    /// The fields after `_csrf`, not yet read.
+    pub rest: axum::extract::Multipart,
+}
+
+impl std::fmt::Debug for PostedMultipart {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostedMultipart")
+            .field("viewer", &self.viewer)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Whether a request's body is `multipart/form-data`.
+pub fn is_multipart(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("multipart/form-data"))
+}
+
+impl FromRequest<AppState> for PostedMultipart {
+    type Rejection = UiError;
+    async fn from_request(req: Request, s: &AppState) -> Result<Self, UiError> {
+        let (parts, body) = req.into_parts();
+        same_origin(&parts.headers)?;
+        if !is_multipart(&parts.headers) {
+            return Err(UiError::Page(Error::new(
+                ErrorCode::UnsupportedMediaType,
+                "this page takes an HTML form",
+            )));
+        }
+        // The body goes to the multipart reader with the headers (the
+        // boundary) and the route's body limit; `parts` stays for the
+        // authentication.
+        let mut inner = Request::new(body);
+        *inner.headers_mut() = parts.headers.clone();
+        *inner.extensions_mut() = parts.extensions.clone();
+        let bad = |m: String| UiError::Page(Error::new(ErrorCode::InvalidRequest, m));
+        let mut rest = axum::extract::Multipart::from_request(inner, s)
+            .await
+            .map_err(|e| bad(format!("the form is not as expected: {e}")))?;
+        let header_csrf = parts
+            .headers
+            .get(CSRF_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        let csrf = match header_csrf {
+            Some(t) => Some(t),
+            None => {
+                let first = rest
+                    .next_field()
+                    .await
+                    .map_err(|e| bad(format!("the form is not as expected: {e}")))?;
+                match first {
+                    Some(f) if f.name() == Some(CSRF_FIELD) && f.file_name().is_none() => {
+                        let mut token = Vec::new();
+                        let mut f = f;
+                        while let Some(chunk) = f
+                            .chunk()
+                            .await
+                            .map_err(|e| bad(format!("the form is not as expected: {e}")))?
+                        {
+                            token.extend_from_slice(&chunk);
+                            if token.len() > 256 {
+                                return Err(bad("the form's token is too long".into()));
+                            }
+                        }
+                        String::from_utf8(token).ok()
+                    }
+                    _ => None,
+                }
+            }
+        };
+        let back = referer_path(&parts.headers).unwrap_or_else(|| "/".into());
+        let viewer = match viewer(s, &parts, csrf, true, back).await {
+            Err(UiError::SignIn { next }) => return Err(UiError::SessionEnded { next }),
+            other => other?,
+        };
+        Ok(Self { viewer, rest })
+    }
+}
+
 /// The first value of field `name`.
 pub fn field<'a>(fields: &'a [(String, String)], name: &str) -> Option<&'a str> {
     fields

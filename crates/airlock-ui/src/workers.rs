@@ -16,7 +16,7 @@ use airlock_protocol::{Error, ErrorCode};
 use airlock_service::{Operation, RunOptions};
 use askama::Template;
 use axum::Router;
-use axum::extract::{Path, Query, State};
+use axum::extract::{DefaultBodyLimit, FromRequest, Path, Query, Request, State};
 use axum::http::StatusCode;
 use axum::response::Response;
 use axum::routing::get;
@@ -27,14 +27,22 @@ use sha2::{Digest, Sha256};
 use crate::format;
 use crate::page::{Chrome, Nav, UiError, render, render_status, see_other};
 use crate::runs::RunRow;
-use crate::session::{Posted, Viewer, field};
+use crate::session::{MAX_FORM_BYTES, Posted, PostedMultipart, Viewer, field, is_multipart};
 
 pub fn routes() -> Router<AppState> {
     Router::new()
         .route("/workers", get(catalog))
         .route("/workers/{id}", get(detail))
-        .route("/workers/{id}/run", get(run_page).post(run))
+        .route(
+            "/workers/{id}/run",
+            get(run_page)
+                .post(run)
+                .layer(DefaultBodyLimit::max(RUN_FORM_LIMIT)),
+        )
 }
+
+/// The largest run form body: one upload's worth and the form's text.
+const RUN_FORM_LIMIT: usize = airlock_service::MAX_UPLOAD_BYTES + MAX_FORM_BYTES;
 
 /// The prefix of a run form's input fields (`in.NAME`), so no declared
 /// input can collide with the form's own fields.
@@ -451,6 +459,13 @@ fn sent_key(fields: &[(String, String)]) -> Option<String> {
         .map(str::to_string)
 }
 
+impl RunForm {
+    /// Whether the form sends files (`multipart/form-data`).
+    fn multipart(&self) -> bool {
+        self.fields.iter().any(|f| f.widget == "file")
+    }
+}
+
 fn new_form(worker: &str, fields: Vec<FormField>, key: String, from: String) -> RunForm {
     RunForm {
         worker: worker.to_string(),
@@ -779,7 +794,7 @@ fn typed_input(
                 }
                 input.insert(name.clone(), Value::Bool(on));
             }
-            // File inputs are not offered by this form (see the template).
+            // Files arrive separately (multipart), see `run`.
             "file" => {}
             _ => {
                 let Some(t) = text.filter(|t| !t.trim().is_empty()) else {
@@ -838,16 +853,140 @@ fn field_of_error(message: &str) -> Option<(&str, &str)> {
     rest.split_once(": ")
 }
 
+/// A file chosen in the run form, read within its input's limit.
+struct SentFile {
+    /// The file's name as the browser sent it.
+    file_name: String,
+    content_type: Option<String>,
+    bytes: Vec<u8>,
+}
+
+/// The rest of a multipart run form: text fields (at most
+/// [`MAX_FORM_BYTES`] in all) and, for each declared file input, the file
+/// (at most the input's `max_bytes` and the upload limit; a larger one is
+/// an error on its field, and is not kept). No file chosen is no file.
+async fn read_multipart(
+    m: &ManifestView,
+    mut rest: axum::extract::Multipart,
+) -> Result<
+    (
+        Vec<(String, String)>,
+        BTreeMap<String, SentFile>,
+        BTreeMap<String, String>,
+    ),
+    UiError,
+> {
+    let bad = |e: String| {
+        UiError::Page(Error::new(
+            ErrorCode::InvalidRequest,
+            format!("the form is not as expected: {e}"),
+        ))
+    };
+    let mut fields = Vec::new();
+    let mut files = BTreeMap::new();
+    let mut errors = BTreeMap::new();
+    let mut text_bytes = 0usize;
+    while let Some(mut f) = rest.next_field().await.map_err(|e| bad(e.to_string()))? {
+        let name = f.name().unwrap_or_default().to_string();
+        let file_input = name
+            .strip_prefix(INPUT_PREFIX)
+            .and_then(|n| m.inputs.get_key_value(n))
+            .filter(|(_, fv)| fv.ty == "file")
+            .map(|(n, fv)| (n.clone(), fv.max_bytes));
+        match file_input {
+            Some((input, max)) => {
+                let limit = max
+                    .unwrap_or(airlock_service::MAX_UPLOAD_BYTES as u64)
+                    .min(airlock_service::MAX_UPLOAD_BYTES as u64);
+                let file_name = f.file_name().unwrap_or_default().to_string();
+                let content_type = f.content_type().map(str::to_string);
+                let mut bytes = Vec::new();
+                let mut over = false;
+                while let Some(chunk) = f.chunk().await.map_err(|e| bad(e.to_string()))? {
+                    if over {
+                        continue;
+                    }
+                    if (bytes.len() + chunk.len()) as u64 > limit {
+                        over = true;
+                        bytes = Vec::new();
+                        continue;
+                    }
+                    bytes.extend_from_slice(&chunk);
+                }
+                if over {
+                    errors.insert(
+                        input,
+                        format!("the file is larger than this input's limit of {limit} bytes"),
+                    );
+                } else if !(file_name.is_empty() && bytes.is_empty()) {
+                    files.insert(
+                        input,
+                        SentFile {
+                            file_name,
+                            content_type,
+                            bytes,
+                        },
+                    );
+                }
+            }
+            None => {
+                let mut value = Vec::new();
+                while let Some(chunk) = f.chunk().await.map_err(|e| bad(e.to_string()))? {
+                    text_bytes += chunk.len();
+                    if text_bytes > MAX_FORM_BYTES {
+                        return Err(UiError::Page(Error::new(
+                            ErrorCode::BodyTooLarge,
+                            format!("the form is larger than {} KiB", MAX_FORM_BYTES / 1024),
+                        )));
+                    }
+                    value.extend_from_slice(&chunk);
+                }
+                let value = String::from_utf8(value)
+                    .map_err(|_| bad(format!("field {name:?} is not UTF-8")))?;
+                fields.push((name, value));
+            }
+        }
+    }
+    Ok((fields, files, errors))
+}
+
+/// A file name as the upload API takes it: still percent-encoded (every
+/// decoding and check is the service's), so a `%` in a real name survives.
+fn encoded_name(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    for b in name.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// Starts a run from the run form: urlencoded, or `multipart/form-data`
+/// when the worker has a file input. Each chosen file becomes an upload
+/// (the service's `create_upload`, as `POST /v1/uploads`), given to the
+/// run as `{"upload": id}`; the service decides whether it may be used.
 async fn run(
     State(s): State<AppState>,
     Path(id): Path<String>,
-    p: Posted<crate::auth_pages::Empty>,
+    req: Request,
 ) -> Result<Response, UiError> {
-    let v = &p.viewer;
+    let (v, fields, files, file_errors) = if is_multipart(req.headers()) {
+        let p = PostedMultipart::from_request(req, &s).await?;
+        let d = s.service.get_worker(&p.viewer.caller, &id)?;
+        let m = manifest_of(&d);
+        let (fields, files, errors) = read_multipart(&m, p.rest).await?;
+        (p.viewer, fields, files, errors)
+    } else {
+        let p = Posted::<crate::auth_pages::Empty>::from_request(req, &s).await?;
+        (p.viewer, p.fields, BTreeMap::new(), BTreeMap::new())
+    };
+    let v = &v;
     let d = s.service.get_worker(&v.caller, &id)?;
     let m = manifest_of(&d);
-    let raw: BTreeMap<String, String> = p
-        .fields
+    let raw: BTreeMap<String, String> = fields
         .iter()
         .filter_map(|(k, val)| {
             k.strip_prefix(INPUT_PREFIX)
@@ -855,9 +994,9 @@ async fn run(
                 .map(|n| (n.to_string(), val.clone()))
         })
         .collect();
-    let key = sent_key(&p.fields);
+    let key = sent_key(&fields);
     // Only shown again as a link to the run: kept only if it looks like an id.
-    let from = field(&p.fields, "_from")
+    let from = field(&fields, "_from")
         .filter(|f| f.len() <= 64 && f.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_'))
         .unwrap_or("")
         .to_string();
@@ -872,7 +1011,15 @@ async fn run(
         form.error = error;
         form
     };
-    let input = match typed_input(&m, &raw) {
+    let typed = match typed_input(&m, &raw) {
+        Ok(i) if file_errors.is_empty() => Ok(i),
+        Ok(_) => Err(file_errors),
+        Err(mut errors) => {
+            errors.extend(file_errors);
+            Err(errors)
+        }
+    };
+    let mut input = match typed {
         Ok(i) => i,
         Err(errors) => {
             let form = again(
@@ -886,6 +1033,49 @@ async fn run(
             ));
         }
     };
+    // Each chosen file becomes the caller's upload, named in the input.
+    for (name, f) in files {
+        let raw_name = if f.file_name.is_empty() {
+            name.clone()
+        } else {
+            encoded_name(&f.file_name)
+        };
+        let declared = f
+            .content_type
+            .as_deref()
+            .filter(|t| !t.trim().is_empty())
+            .unwrap_or("application/octet-stream");
+        match s
+            .service
+            .create_upload(&v.caller, &raw_name, Some(declared), f.bytes)
+            .await
+        {
+            Ok(up) => {
+                input.insert(name, serde_json::json!({"upload": up.upload.id}));
+            }
+            Err(e)
+                if matches!(
+                    e.code,
+                    ErrorCode::InvalidName
+                        | ErrorCode::MediaTypeRequired
+                        | ErrorCode::MediaTypeMismatch
+                        | ErrorCode::BadArchive
+                        | ErrorCode::BodyTooLarge
+                ) =>
+            {
+                let form = again(
+                    BTreeMap::from([(name, format!("the file was refused: {}", e.message))]),
+                    "Some fields need fixing; nothing was started.".into(),
+                    key.unwrap_or_else(|| new_key(v, &id)),
+                );
+                return Ok(render_status(
+                    StatusCode::BAD_REQUEST,
+                    &run_form_page(&s, v, &id, &m, form).await,
+                ));
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
     let opts = RunOptions {
         trigger: "ui".into(),
         idempotency_key: key.clone(),

@@ -112,9 +112,15 @@ const SCHEDULED: &str = "[worker]\nid = \"nightly\"\ntitle = \"Nightly\"\ndescri
 kind = \"script\"\nentry = \"run.sh\"\nruntime = \"sh\"\n\
 [[triggers]]\nkind = \"schedule\"\ncron = \"0 3 * * *\"\ntimezone = \"UTC\"\n";
 
+/// A worker whose one input is a small required file.
+const FILEY: &str = "[worker]\nid = \"filey\"\ntitle = \"Filey\"\ndescription = \"d\"\n\
+kind = \"script\"\nentry = \"run.sh\"\nruntime = \"sh\"\n\
+[inputs.doc]\ntype = \"file\"\nmax_bytes = 8\n";
+
 async fn harness() -> Harness {
     ui_with(&[
         ("formy", FORMY, ECHO),
+        ("filey", FILEY, ECHO),
         ("plain", PLAIN, ECHO),
         ("nightly", SCHEDULED, ECHO),
     ])
@@ -324,9 +330,14 @@ async fn the_form_has_a_control_per_declared_type() {
     assert!(t.contains(">&#60;b&#62;red&#60;/b&#62;</option>"), "{t}");
     assert!(t.contains(r#"<option value="">(not given)</option>"#));
     assert!(t.contains(r#"<textarea id="in-doc" name="in.doc" rows="8" class="json""#));
-    // Files cannot be given yet: the control is there, disabled, explained.
-    assert!(t.contains(r#"<input type="file" id="in-attachment" name="in.attachment" disabled"#));
-    assert!(t.contains("Files cannot be given as run input yet"));
+    // A file input: an enabled control, and the form sends files.
+    assert!(
+        t.contains(
+            r#"<input type="file" id="in-attachment" name="in.attachment" aria-describedby"#
+        ),
+        "{t}"
+    );
+    assert!(t.contains(r#"enctype="multipart/form-data""#), "{t}");
     assert!(t.contains(r#"name="_key" value="ui-"#));
     // Each rendering has its own key.
     let again = page(&h, &owner, "/workers/formy/run").await;
@@ -732,4 +743,230 @@ async fn a_form_larger_than_the_limit_starts_nothing() {
     assert_page_headers(&r);
     assert!(r.text.contains("larger than"), "{}", r.text);
     assert!(runs(&h, &owner).await.is_empty());
+}
+
+/// A `multipart/form-data` form as a browser sends it from the page:
+/// `fields` in order (the page puts `_csrf` first), then `files` as
+/// `(field, file name, content type, bytes)`.
+async fn multipart_form(
+    h: &Harness,
+    cred: &Cred,
+    path: &str,
+    fields: &[(&str, &str)],
+    files: &[(&str, &str, &str, &[u8])],
+) -> Resp {
+    const B: &str = "----airlockTestBoundary7MA4YWxk";
+    let mut body = Vec::new();
+    for (k, v) in fields {
+        body.extend_from_slice(
+            format!("--{B}\r\nContent-Disposition: form-data; name=\"{k}\"\r\n\r\n{v}\r\n")
+                .as_bytes(),
+        );
+    }
+    for (k, name, ty, bytes) in files {
+        body.extend_from_slice(
+            format!(
+                "--{B}\r\nContent-Disposition: form-data; name=\"{k}\"; filename=\"{name}\"\r\n\
+                 Content-Type: {ty}\r\n\r\n"
+            )
+            .as_bytes(),
+        );
+        body.extend_from_slice(bytes);
+        body.extend_from_slice(b"\r\n");
+    }
+    body.extend_from_slice(format!("--{B}--\r\n").as_bytes());
+    let mut b = axum::http::Request::builder()
+        .method("POST")
+        .uri(path)
+        .header("host", HOST)
+        .header("sec-fetch-site", "same-origin")
+        .header("content-type", format!("multipart/form-data; boundary={B}"));
+    let c = browser_cookies(cred);
+    if !c.is_empty() {
+        b = b.header("cookie", c);
+    }
+    h.send(b.body(axum::body::Body::from(body)).unwrap()).await
+}
+
+fn csrf_of(cred: &Cred) -> String {
+    match cred {
+        Cred::Session { csrf, .. } => csrf.clone(),
+        _ => String::new(),
+    }
+}
+
+#[tokio::test]
+async fn a_file_chosen_in_the_form_is_uploaded_and_given_to_the_run() {
+    let h = harness().await;
+    let owner = h.bootstrap_owner().await;
+    let csrf = csrf_of(&owner);
+    let page_r = page(&h, &owner, "/workers/formy/run").await;
+    let key = hidden(&page_r.text, "_key");
+    let r = multipart_form(
+        &h,
+        &owner,
+        "/workers/formy/run",
+        &[
+            ("_csrf", &csrf),
+            ("_key", &key),
+            ("in.name", "Ada"),
+            ("in.times", "2"),
+        ],
+        &[(
+            "in.attachment",
+            "note 100%.txt",
+            "text/plain",
+            b"hello from a file\n",
+        )],
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.text);
+    let all = runs(&h, &owner).await;
+    assert_eq!(all.len(), 1);
+    let run = &all[0];
+    assert_eq!(
+        location(&r),
+        format!("/runs/{}", run["id"].as_str().unwrap())
+    );
+    assert_eq!(run["input"]["name"], "Ada");
+    assert_eq!(run["input"]["times"], 2);
+    let doc = &run["input"]["attachment"];
+    assert_eq!(doc["name"], "note 100%.txt", "{doc}");
+    assert_eq!(doc["size"], 18);
+    assert_eq!(doc["sha256"].as_str().unwrap().len(), 64, "{doc}");
+    // The upload is the owner's, with the bytes sent, as the API shows it.
+    let id = doc["upload"].as_str().unwrap();
+    let up = h
+        .call(&owner, "GET", &format!("/v1/uploads/{id}"), None)
+        .await;
+    assert_eq!(up.status, StatusCode::OK, "{}", up.body);
+    assert_eq!(up.body["upload"]["size"], 18);
+    assert_eq!(up.body["upload"]["digest"], doc["sha256"]);
+    let link = up.body["download_url"].as_str().unwrap();
+    let content = h.call(&owner, "GET", link, None).await;
+    assert_eq!(content.bytes, b"hello from a file\n");
+
+    // The same form sent again (its file uploaded again): the same run.
+    let again = multipart_form(
+        &h,
+        &owner,
+        "/workers/formy/run",
+        &[
+            ("_csrf", &csrf),
+            ("_key", &key),
+            ("in.name", "Ada"),
+            ("in.times", "2"),
+        ],
+        &[(
+            "in.attachment",
+            "note 100%.txt",
+            "text/plain",
+            b"hello from a file\n",
+        )],
+    )
+    .await;
+    assert_eq!(again.status, StatusCode::SEE_OTHER, "{}", again.text);
+    assert_eq!(location(&again), location(&r));
+    assert_eq!(runs(&h, &owner).await.len(), 1);
+    // With another file under the same key: not the same request.
+    let other = multipart_form(
+        &h,
+        &owner,
+        "/workers/formy/run",
+        &[
+            ("_csrf", &csrf),
+            ("_key", &key),
+            ("in.name", "Ada"),
+            ("in.times", "2"),
+        ],
+        &[(
+            "in.attachment",
+            "note 100%.txt",
+            "text/plain",
+            b"another file\n",
+        )],
+    )
+    .await;
+    assert_eq!(other.status, StatusCode::CONFLICT, "{}", other.text);
+    assert_eq!(runs(&h, &owner).await.len(), 1);
+
+    // No file chosen (a browser still sends an empty part): not given.
+    let r = multipart_form(
+        &h,
+        &owner,
+        "/workers/formy/run",
+        &[("_csrf", &csrf), ("in.name", "Bo")],
+        &[("in.attachment", "", "application/octet-stream", b"")],
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.text);
+    let all = runs(&h, &owner).await;
+    let bo = all.iter().find(|r| r["input"]["name"] == "Bo").unwrap();
+    assert!(bo["input"].get("attachment").is_none(), "{bo}");
+}
+
+#[tokio::test]
+async fn a_file_over_its_limit_or_a_forged_multipart_form_starts_nothing() {
+    let h = harness().await;
+    let owner = h.bootstrap_owner().await;
+    let csrf = csrf_of(&owner);
+    // Larger than the input's max_bytes: the error is beside the field.
+    let r = multipart_form(
+        &h,
+        &owner,
+        "/workers/filey/run",
+        &[("_csrf", &csrf)],
+        &[("in.doc", "big.txt", "text/plain", b"123456789")],
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.text);
+    assert!(
+        r.text
+            .contains("the file is larger than this input&#39;s limit of 8 bytes")
+            || r.text
+                .contains("the file is larger than this input's limit of 8 bytes")
+            || r.text
+                .contains("the file is larger than this input&#x27;s limit of 8 bytes"),
+        "{}",
+        r.text
+    );
+    // A required file left out: the service names the field.
+    let r = multipart_form(&h, &owner, "/workers/filey/run", &[("_csrf", &csrf)], &[]).await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.text);
+    assert!(r.text.contains("missing required input"), "{}", r.text);
+    // Without the token, with a stale one, or from another site: refused.
+    let file: &[(&str, &str, &str, &[u8])] = &[("in.doc", "a.txt", "text/plain", b"ok")];
+    let r = multipart_form(&h, &owner, "/workers/filey/run", &[], file).await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN, "{}", r.text);
+    let r = multipart_form(
+        &h,
+        &owner,
+        "/workers/filey/run",
+        &[("_csrf", "stale")],
+        file,
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN, "{}", r.text);
+    // The token after the file does not count: it must come first.
+    let r = multipart_form(
+        &h,
+        &owner,
+        "/workers/filey/run",
+        &[("in.x", "y"), ("_csrf", &csrf)],
+        file,
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN, "{}", r.text);
+    assert!(runs(&h, &owner).await.is_empty());
+    let me = h.store().user_by_name("owner").await.unwrap().unwrap().id;
+    let uploads = h
+        .store()
+        .list_uploads(airlock_store::DEFAULT_WORKSPACE, &me, 500)
+        .await
+        .unwrap();
+    assert!(uploads.is_empty(), "nothing was uploaded: {uploads:?}");
+    // And the good one starts a run.
+    let r = multipart_form(&h, &owner, "/workers/filey/run", &[("_csrf", &csrf)], file).await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.text);
+    assert_eq!(runs(&h, &owner).await.len(), 1);
 }

@@ -39,4 +39,6 @@ pub use names::{
     WorkerId, is_platform_secret,
 };
 pub use schedule::{CronExpr, Timezone};
-pub use values::{InputError, MAX_INPUT_BYTES, OutputError, RESULT_FILE};
+pub use values::{
+    FILE_VALUE_KEYS, InputError, MAX_INPUT_BYTES, OutputError, RESULT_FILE, file_upload_id,
+};

@@ -31,18 +31,69 @@ pub enum InputError {
     Missing { name: String },
     #[error("inputs.{name}: {message}")]
     Invalid { name: String, message: String },
-    #[error("inputs.{name}: file inputs need the upload API, which is not available yet")]
-    FileUnavailable { name: String },
 }
 
 impl InputError {
-    /// Stable error code.
+    /// Stable error code: always `invalid_input`.
     pub fn code(&self) -> &'static str {
-        match self {
-            Self::FileUnavailable { .. } => "file_input_unavailable",
-            _ => "invalid_input",
-        }
+        "invalid_input"
     }
+}
+
+/// The keys a file input's value may hold: `upload` (the upload's id,
+/// required), and — once the service has resolved it — `name`, `size` and
+/// `sha256`.
+pub const FILE_VALUE_KEYS: [&str; 4] = ["upload", "name", "size", "sha256"];
+
+/// The upload id a file input's value names, if the value has the shape
+/// `{"upload": "<id>"}` (possibly with the resolved keys too).
+pub fn file_upload_id(v: &Value) -> Option<&str> {
+    v.as_object()?.get("upload")?.as_str()
+}
+
+/// Checks the shape of a file input's value: `{"upload": "<upload id>"}`,
+/// optionally with `name` (a string), `size` (a non-negative integer) and
+/// `sha256` (64 lowercase hex digits). Whether the upload exists, belongs to
+/// the caller and fits `max_bytes` is the service's to check.
+fn check_file_value(v: &Value) -> Result<(), String> {
+    const SHAPE: &str = "a file input is given as {\"upload\": \"<upload id>\"}";
+    let Value::Object(m) = v else {
+        return Err(format!("{SHAPE}, got {}", json_type(v)));
+    };
+    if let Some(k) = m.keys().find(|k| !FILE_VALUE_KEYS.contains(&k.as_str())) {
+        return Err(format!("{SHAPE}; unknown key {:?}", shown(k)));
+    }
+    let Some(id) = m.get("upload") else {
+        return Err(format!("{SHAPE}; the \"upload\" key is missing"));
+    };
+    let Value::String(id) = id else {
+        return Err(format!(
+            "{SHAPE}; \"upload\" must be a string, got {}",
+            json_type(id)
+        ));
+    };
+    let plausible = id.len() <= 64
+        && id.starts_with("upl_")
+        && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+    if !plausible {
+        return Err(format!("{:?} is not an upload id", shown(id)));
+    }
+    if m.get("name").is_some_and(|n| !n.is_string()) {
+        return Err("\"name\" must be a string".into());
+    }
+    if m.get("size").is_some_and(|n| n.as_u64().is_none()) {
+        return Err("\"size\" must be a non-negative integer".into());
+    }
+    if m.get("sha256").is_some_and(|d| {
+        !d.as_str().is_some_and(|d| {
+            d.len() == 64
+                && d.bytes()
+                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        })
+    }) {
+        return Err("\"sha256\" must be 64 lowercase hex digits".into());
+    }
+    Ok(())
 }
 
 /// Why a run's outputs do not match the declared schema. Every variant has
@@ -324,10 +375,12 @@ fn check_input_map(
     let mut out = Map::new();
     for (name, spec) in inputs {
         match given.get(name.as_str()).filter(|v| !v.is_null()) {
-            Some(_) if matches!(spec.ty, FieldType::File { .. }) => {
-                return Err(InputError::FileUnavailable {
+            Some(v) if matches!(spec.ty, FieldType::File { .. }) => {
+                check_file_value(v).map_err(|message| InputError::Invalid {
                     name: name.to_string(),
-                });
+                    message,
+                })?;
+                out.insert(name.to_string(), v.clone());
             }
             Some(v) => {
                 check_value(&spec.ty, v).map_err(|message| InputError::Invalid {
@@ -339,13 +392,6 @@ fn check_input_map(
             None => {
                 if let Some(d) = &spec.default {
                     out.insert(name.to_string(), d.clone());
-                } else if spec.required
-                    && !allow_missing
-                    && matches!(spec.ty, FieldType::File { .. })
-                {
-                    return Err(InputError::FileUnavailable {
-                        name: name.to_string(),
-                    });
                 } else if spec.required && !allow_missing {
                     return Err(InputError::Missing {
                         name: name.to_string(),

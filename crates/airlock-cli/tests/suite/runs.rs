@@ -1344,3 +1344,59 @@ fn dur_3_plans_over_http_run_once(who: Who) {
     assert_eq!(c, 422);
 }
 both_users!(dur_3_plans_over_http_run_once);
+
+/// A file input end to end in a real sandbox: the file uploaded over
+/// HTTP is at `/airlock/input/doc`, read-only, and `/airlock/input.json`
+/// gives that path; the run's output is the file's content.
+fn api_5_a_file_input_reaches_the_sandbox(who: Who) {
+    let env = Env::new(who);
+    env.sh_worker(
+        "reader",
+        "[inputs.doc]\ntype = \"file\"\nmax_bytes = 64\n[outputs.got]\ntype = \"json\"\n\
+         [outputs.path]\ntype = \"string\"\n[outputs.readonly]\ntype = \"boolean\"\n",
+        "p=$(sed -n 's/.*\"doc\":\"\\([^\"]*\\)\".*/\\1/p' /airlock/input.json)\n\
+         if [ -w \"$p\" ] || echo x >> \"$p\" 2>/dev/null; then ro=false; else ro=true; fi\n\
+         { printf '{\"path\": \"%s\", \"readonly\": %s, \"got\": ' \"$p\" \"$ro\"; cat \"$p\"; printf '}'; } \
+         > /airlock/output/result.json\n",
+    );
+    let server = Server::start(&env, &[]);
+    let (c, v) = server.json(
+        "POST",
+        "/v1/uploads?name=doc.json",
+        Some(r#"{"k": [1, 2]}"#),
+        &[],
+    );
+    assert_eq!(c, 201, "{v}");
+    let upload = v["upload"]["id"].as_str().unwrap().to_string();
+    let body = format!(r#"{{"input": {{"doc": {{"upload": "{upload}"}}}}}}"#);
+    let (c, v) = server.json("POST", "/v1/workers/reader/runs", Some(&body), &[]);
+    assert_eq!(c, 201, "{v}");
+    let id = v["run"]["id"].as_str().unwrap().to_string();
+    assert_eq!(
+        server.wait_state(&id, &["succeeded", "failed", "blocked"]),
+        "succeeded",
+        "{}",
+        server.json("GET", &format!("/v1/runs/{id}"), None, &[]).1
+    );
+    let (_, v) = server.json("GET", &format!("/v1/runs/{id}"), None, &[]);
+    let outputs = &v["run"]["outputs"];
+    assert_eq!(outputs["got"], serde_json::json!({"k": [1, 2]}), "{v}");
+    assert_eq!(outputs["path"], "/airlock/input/doc", "{v}");
+    assert_eq!(outputs["readonly"], true, "{v}");
+    // Not the caller's: refused, naming the field.
+    let (c, v) = server.json(
+        "POST",
+        "/v1/workers/reader/runs",
+        Some(r#"{"input": {"doc": {"upload": "upl_nothere"}}}"#),
+        &[],
+    );
+    assert_eq!(c, 422, "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("inputs.doc: "),
+        "{v}"
+    );
+}
+both_users!(api_5_a_file_input_reaches_the_sandbox);

@@ -52,6 +52,8 @@ mod tests;
 /// Where the bundle, input and output appear inside the sandbox (RUN-3).
 pub const WORKER_DIR: &str = "/airlock/worker";
 pub const INPUT_FILE: &str = "/airlock/input.json";
+/// Where a run's file inputs are, one file per input, named after it.
+pub const INPUT_DIR: &str = "/airlock/input";
 pub const OUTPUT_DIR: &str = "/airlock/output";
 
 /// How a run ends: `succeeded`, or the state its error code implies.

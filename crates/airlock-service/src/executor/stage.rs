@@ -18,7 +18,7 @@ use airlock_store::RunErrorCode;
 use airlock_worker::{Bundle, SecretDelivery};
 
 use super::authorise::Authorised;
-use super::{INPUT_FILE, OUTPUT_DIR, Outcome, RunCx, WORKER_DIR};
+use super::{INPUT_DIR, INPUT_FILE, OUTPUT_DIR, Outcome, RunCx, WORKER_DIR};
 use crate::secrets::SecretError;
 use crate::service::Service;
 
@@ -60,7 +60,8 @@ impl Service {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(staging_failed("cannot clear the run folder", e)),
         }
-        let input = serde_json::to_vec(&run.input)
+        let (input, staged_files) = self.stage_files(dir, &a.bundle, &run.input).await?;
+        let input = serde_json::to_vec(&input)
             .map_err(|e| staging_failed("cannot serialise the input", e))?;
         {
             use std::io::Write;
@@ -149,7 +150,17 @@ impl Service {
                     target: OUTPUT_DIR.into(),
                     writable: true,
                 },
-            ],
+            ]
+            .into_iter()
+            // One read-only file mount per file input: like input.json,
+            // each is a platform file the sandbox uid is granted read
+            // access to for the launch (a directory would not be).
+            .chain(staged_files.iter().map(|name| Mount {
+                source: dir.join("input").join(name),
+                target: format!("{INPUT_DIR}/{name}").into(),
+                writable: false,
+            }))
+            .collect(),
             secret_files,
             env,
             timeout: Some(Duration::from_secs(l.timeout_s)),
@@ -182,6 +193,58 @@ impl Service {
             launch,
             redactor,
         })
+    }
+
+    /// Copies each file input's upload (resolved by run creation to
+    /// `{"upload", "name", "size", "sha256"}`) from the artifact store into
+    /// the run folder's `input/<input name>` (0400, the digest checked as it
+    /// is read, at most the recorded size), and returns the input as the
+    /// sandbox sees it — each file input replaced by its path,
+    /// `/airlock/input/<input name>` — and the names of the inputs staged.
+    async fn stage_files(
+        &self,
+        dir: &std::path::Path,
+        bundle: &Bundle,
+        input: &serde_json::Value,
+    ) -> Result<(serde_json::Value, Vec<String>), Outcome> {
+        let mut input = input.clone();
+        let mut staged = Vec::new();
+        for (name, spec) in &bundle.manifest.inputs {
+            if !matches!(spec.ty, airlock_worker::FieldType::File { .. }) {
+                continue;
+            }
+            let Some(v) = input.get_mut(name.as_str()).filter(|v| !v.is_null()) else {
+                continue;
+            };
+            let (Some(digest), Some(size)) = (
+                v.get("sha256").and_then(|d| d.as_str()).map(str::to_string),
+                v.get("size").and_then(serde_json::Value::as_u64),
+            ) else {
+                return Err(staging_failed(
+                    &format!("file input {}", name.as_str()),
+                    "the run's input does not name a resolved upload",
+                ));
+            };
+            if staged.is_empty() {
+                use std::os::unix::fs::DirBuilderExt;
+                std::fs::DirBuilder::new()
+                    .recursive(true)
+                    .mode(0o700)
+                    .create(dir.join("input"))
+                    .map_err(|e| staging_failed("cannot create the input folder", e))?;
+            }
+            let dest = dir.join("input").join(name.as_str());
+            let artifacts = self.artifacts.clone();
+            tokio::task::spawn_blocking(move || artifacts.copy_out(&digest, &dest, size))
+                .await
+                .map_err(|e| staging_failed("cannot stage a file input", e))?
+                .map_err(|e| {
+                    staging_failed(&format!("cannot stage file input {}", name.as_str()), e)
+                })?;
+            *v = serde_json::Value::String(format!("{INPUT_DIR}/{}", name.as_str()));
+            staged.push(name.as_str().to_string());
+        }
+        Ok((input, staged))
     }
 
     /// The worker's egress (NET-3, NET-6): the operator policy (channels

@@ -185,17 +185,63 @@ fn run_3_no_declared_inputs_accepts_only_an_empty_object() {
 }
 
 #[test]
-fn run_3_file_inputs_need_the_upload_api() {
+fn run_3_file_inputs_take_an_upload() {
     let m = parse_ok(&script(
-        "[inputs.doc]\ntype = \"file\"\n[inputs.extra]\ntype = \"file\"\nrequired = false\n",
+        "[inputs.doc]\ntype = \"file\"\nmax_bytes = 100\n[inputs.extra]\ntype = \"file\"\nrequired = false\n",
     ));
-    for input in [json!({"doc": "upload:abc"}), json!({})] {
+    let id = "upl_0123456789abcdef0123456789abcdef";
+    // The caller's shape, and the service's resolved shape, pass unchanged.
+    let given = json!({"doc": {"upload": id}});
+    assert_eq!(m.check_input(&given).unwrap(), given);
+    let resolved = json!({"doc": {"upload": id, "name": "a.txt", "size": 3,
+        "sha256": "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"}});
+    assert_eq!(m.check_input(&resolved).unwrap(), resolved);
+    assert_eq!(airlock_worker::file_upload_id(&given["doc"]), Some(id));
+
+    // Anything else is refused, naming the field.
+    let cases = [
+        (
+            json!({"doc": "upload:abc"}),
+            "inputs.doc: a file input is given as {\"upload\": \"<upload id>\"}, got a string",
+        ),
+        (
+            json!({"doc": 3}),
+            "inputs.doc: a file input is given as {\"upload\": \"<upload id>\"}, got a number",
+        ),
+        (
+            json!({"doc": {}}),
+            "inputs.doc: a file input is given as {\"upload\": \"<upload id>\"}; the \"upload\" key is missing",
+        ),
+        (
+            json!({"doc": {"upload": 7}}),
+            "inputs.doc: a file input is given as {\"upload\": \"<upload id>\"}; \"upload\" must be a string, got a number",
+        ),
+        (
+            json!({"doc": {"upload": id, "path": "/etc/passwd"}}),
+            "inputs.doc: a file input is given as {\"upload\": \"<upload id>\"}; unknown key \"path\"",
+        ),
+        (
+            json!({"doc": {"upload": "../x"}}),
+            "inputs.doc: \"../x\" is not an upload id",
+        ),
+        (
+            json!({"doc": {"upload": "run_abc"}}),
+            "inputs.doc: \"run_abc\" is not an upload id",
+        ),
+        (
+            json!({"doc": {"upload": id, "size": -1}}),
+            "inputs.doc: \"size\" must be a non-negative integer",
+        ),
+        (
+            json!({"doc": {"upload": id, "sha256": "ABC"}}),
+            "inputs.doc: \"sha256\" must be 64 lowercase hex digits",
+        ),
+        (json!({}), "inputs.doc: missing required input"),
+    ];
+    for (input, want) in cases {
         let err = m.check_input(&input).unwrap_err();
-        assert_eq!(err.code(), "file_input_unavailable");
-        assert_eq!(
-            err.to_string(),
-            "inputs.doc: file inputs need the upload API, which is not available yet"
-        );
+        assert_eq!(err.code(), "invalid_input");
+        assert_eq!(err.to_string(), want, "{input}");
     }
     // An optional file input left out is fine.
     let m = parse_ok(&script(
