@@ -190,6 +190,18 @@ pub fn same_origin(headers: &HeaderMap) -> Result<(), Error> {
     Ok(())
 }
 
+/// The person who sent a form, authenticated as a state change with the
+/// form's CSRF token. A session that ended while the form was open is
+/// said so on a page (nothing was done; signing in again comes back to
+/// the page the form was on) instead of a silent redirect away from it.
+async fn form_viewer(s: &AppState, parts: &Parts, csrf: Option<String>) -> Result<Viewer, UiError> {
+    let back = referer_path(&parts.headers).unwrap_or_else(|| "/".into());
+    match viewer(s, parts, csrf, true, back).await {
+        Err(UiError::SignIn { next }) => Err(UiError::SessionEnded { next }),
+        other => other,
+    }
+}
+
 /// The fields of an `application/x-www-form-urlencoded` body, in order
 /// (bounded by [`MAX_FORM_BYTES`]).
 pub async fn form_fields(req: Request) -> Result<(Parts, Vec<(String, String)>), UiError> {
@@ -240,14 +252,7 @@ impl<T: DeserializeOwned + Send> FromRequest<AppState> for Posted<T> {
                 .and_then(|v| v.to_str().ok())
                 .map(str::to_string)
         });
-        // After signing in again, come back to the page the form was on.
-        let back = referer_path(&parts.headers).unwrap_or_else(|| "/".into());
-        // A session that ended while the form was open: say so on a page
-        // (nothing was done) instead of silently redirecting away from it.
-        let viewer = match viewer(s, &parts, csrf, true, back).await {
-            Err(UiError::SignIn { next }) => return Err(UiError::SessionEnded { next }),
-            other => other?,
-        };
+        let viewer = form_viewer(s, &parts, csrf).await?;
         let rest: Vec<(&str, &str)> = fields
             .iter()
             .filter(|(k, _)| k != CSRF_FIELD)
@@ -351,11 +356,7 @@ impl FromRequest<AppState> for PostedMultipart {
                 }
             }
         };
-        let back = referer_path(&parts.headers).unwrap_or_else(|| "/".into());
-        let viewer = match viewer(s, &parts, csrf, true, back).await {
-            Err(UiError::SignIn { next }) => return Err(UiError::SessionEnded { next }),
-            other => other?,
-        };
+        let viewer = form_viewer(s, &parts, csrf).await?;
         Ok(Self { viewer, rest })
     }
 }
