@@ -17,7 +17,7 @@
 //!
 //! | module | pages |
 //! |---|---|
-//! | [`auth_pages`] | bootstrap, sign-in (password, then TOTP or a recovery code), sign-out, account (sessions, TOTP enrolment), theme and workspace choice |
+//! | [`auth_pages`] | bootstrap, sign-in (password, then TOTP or a recovery code), set-password (a one-time token), sign-out, account (sessions, TOTP enrolment), theme and workspace choice |
 //! | [`overview`] | `/`: active runs, pending approvals, failures of the last day |
 //! | [`runs`] | the runs list with filters and paging, a run's page with its live log, cancel and re-run |
 //! | [`workers`] | the catalog, a worker's page and its run form generated from the manifest |
