@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Verify an airlock audit export (JSON Lines) with the published algorithm, airlock-audit-v1.
 
-Usage: verify_export.py [--workspace ID] [--checkpoint SEQ:HEX] [FILE | -]
+Usage: verify_export.py [--workspace ID] [--checkpoint SEQ:HEX] [--public-key HEX] [FILE | -]
 
 Reads FILE (or standard input) and prints either
 
@@ -30,6 +30,22 @@ The algorithm (independent of airlock; Python 3 standard library only):
     cut out, which is what `airlock audit verify` hashes; a line re-spelled in any other way
     (whitespace, escapes, number spellings, member order) is refused even when it means the
     same event.
+
+Signed checkpoints (airlock-checkpoint-v1). An export ends with the workspace's checkpoints,
+lines whose `type` member is "checkpoint":
+
+    {"at": T, "head": H, "seq": N, "signature": S, "type": "checkpoint", "version": 1,
+     "workspace_id": W}
+
+  * message = b"airlock-checkpoint-v1\n" + JCS({"at": T, "head": H, "seq": N,
+    "workspace_id": W}); S is the Ed25519 signature (128 hex digits) of message.
+  * With --public-key HEX (64 hex digits: `airlock audit public-key`, obtained out of band),
+    every checkpoint line's signature is checked (a bad one, or one of another workspace, is
+    reported as "bad checkpoint line L: ..." and exits 1), and the chain is checked against the
+    newest one (the highest N) as with --checkpoint. Checking signatures needs the
+    `cryptography` package (exit 2 without it). Without --public-key, checkpoint lines are
+    ignored with a warning on standard error. With --public-key, the result line ends with
+    "(checkpoint seq=N at=T)" or "(no checkpoint)".
 
 Checks per event, in this order: the line's shape and canonical form, workspace, sequence
 number, the event's own hash, its link to the previous event, the checkpoint. The same order and reasons as `airlock audit verify`.
@@ -261,6 +277,76 @@ def verify(lines, workspace=None, checkpoint=None):
     return count, head
 
 
+CHECKPOINT_DOMAIN = b"airlock-checkpoint-v1\n"
+SIG_RE = re.compile(r"[0-9a-f]{128}\Z")
+
+
+class BadCheckpoint(Exception):
+    pass
+
+
+def split_checkpoints(lines):
+    """(event lines, [(line number, checkpoint object)]): a line whose object has a `type`
+    member is a checkpoint."""
+    events, checkpoints = [], []
+    for line_no, line in enumerate(lines, 1):
+        obj = None
+        if '"type"' in line:
+            try:
+                obj = json.loads(line, object_pairs_hook=_pairs, parse_constant=_no_constant)
+            except (ValueError, RecursionError):
+                obj = None
+        if isinstance(obj, dict) and "type" in obj:
+            checkpoints.append((line_no, obj))
+        else:
+            events.append(line)
+    return events, checkpoints
+
+
+def newest_checkpoint(checkpoints, workspace, public_key):
+    """The (seq, head bytes, at) of the newest checkpoint whose signature verifies; raises
+    BadCheckpoint for one that does not."""
+    try:
+        from cryptography.exceptions import InvalidSignature
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+    except ImportError:
+        raise SystemExit("checking checkpoint signatures needs the `cryptography` package")
+    key = Ed25519PublicKey.from_public_bytes(public_key)
+    newest = None
+    for line_no, cp in checkpoints:
+        members = {"at", "head", "seq", "signature", "type", "version", "workspace_id"}
+        seq = cp.get("seq")
+        ok_shape = (set(cp) == members and cp["type"] == "checkpoint" and cp["version"] == 1
+                    and isinstance(cp["at"], str) and isinstance(cp["workspace_id"], str)
+                    and isinstance(seq, int) and not isinstance(seq, bool) and 0 <= seq < 2**53
+                    and isinstance(cp["head"], str) and HASH_RE.match(cp["head"])
+                    and isinstance(cp["signature"], str) and SIG_RE.match(cp["signature"]))
+        if not ok_shape:
+            raise BadCheckpoint(f"bad checkpoint line {line_no}: not a version 1 checkpoint")
+        message = CHECKPOINT_DOMAIN + canonical_bytes(
+            {"at": cp["at"], "head": cp["head"], "seq": seq, "workspace_id": cp["workspace_id"]})
+        try:
+            key.verify(bytes.fromhex(cp["signature"]), message)
+        except InvalidSignature:
+            raise BadCheckpoint(f"bad checkpoint line {line_no}: the signature does not verify")
+        if workspace is not None and cp["workspace_id"] != workspace:
+            raise BadCheckpoint(f"bad checkpoint line {line_no}: of another workspace")
+        if newest is None or seq >= newest[0]:
+            newest = (seq, bytes.fromhex(cp["head"]), cp["at"])
+    return newest
+
+
+def first_workspace(lines):
+    for line in lines:
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(obj, dict) and isinstance(obj.get("workspace_id"), str):
+            return obj["workspace_id"]
+    return None
+
+
 def read_lines(path):
     data = sys.stdin.buffer.read() if path in (None, "-") else open(path, "rb").read()
     text = data.decode("utf-8")  # strict: invalid UTF-8 is an error
@@ -268,7 +354,7 @@ def read_lines(path):
 
 
 def main(argv):
-    workspace, checkpoint, path = None, None, None
+    workspace, checkpoint, path, public_key = None, None, None, None
     args = list(argv)
     while args:
         a = args.pop(0)
@@ -280,13 +366,20 @@ def main(argv):
                 print("usage: --checkpoint SEQ:HEX (64 lowercase hex digits)", file=sys.stderr)
                 return 2
             checkpoint = (int(seq), bytes.fromhex(hx))
+        elif a == "--public-key" and args:
+            hx = args.pop(0).strip()
+            if not HASH_RE.match(hx):
+                print("usage: --public-key HEX (64 lowercase hex digits)", file=sys.stderr)
+                return 2
+            public_key = bytes.fromhex(hx)
         elif a in ("-h", "--help"):
             print(__doc__)
             return 0
         elif path is None and (a == "-" or not a.startswith("-")):
             path = a
         else:
-            print("usage: verify_export.py [--workspace ID] [--checkpoint SEQ:HEX] [FILE | -]",
+            print("usage: verify_export.py [--workspace ID] [--checkpoint SEQ:HEX] "
+                  "[--public-key HEX] [FILE | -]",
                   file=sys.stderr)
             return 2
     try:
@@ -294,12 +387,31 @@ def main(argv):
     except (OSError, UnicodeDecodeError) as e:
         print(f"cannot read export: {e}", file=sys.stderr)
         return 2
+    lines, checkpoints = split_checkpoints(lines)
+    used = "no checkpoint"
+    if checkpoints and public_key is None:
+        print("warning: checkpoint lines not checked: pass --public-key", file=sys.stderr)
+    elif public_key is not None:
+        try:
+            newest = newest_checkpoint(checkpoints, workspace or first_workspace(lines),
+                                       public_key)
+        except BadCheckpoint as e:
+            print(e)
+            return 1
+        if newest is None:
+            print("warning: no signed checkpoint: deleting the newest events would not show",
+                  file=sys.stderr)
+        elif checkpoint is None:
+            checkpoint = newest[:2]
+            used = f"checkpoint seq={newest[0]} at={newest[2]}"
+    # With --public-key, the line says which checkpoint was used.
+    suffix = f" ({used})" if public_key is not None else ""
     try:
         count, head = verify(lines, workspace, checkpoint)
     except Bad as e:
-        print(e)
+        print(f"{e}{suffix}")
         return 1
-    print(f"ok {count} events head={head.hex()}")
+    print(f"ok {count} events head={head.hex()}{suffix}")
     return 0
 
 

@@ -317,6 +317,15 @@ impl Verifier {
         self
     }
 
+    /// Starts after an event already trusted (a verified checkpoint's `seq` and `head`): the
+    /// next event pushed must be `seq + 1` and link to `head`. What making the next
+    /// checkpoint needs: only the events since the last one are read, not the whole chain.
+    pub fn resume_after(mut self, seq: u64, head: [u8; 32]) -> Self {
+        self.count = seq;
+        self.head = head;
+        self
+    }
+
     /// The chain must reach `seq` and have hash `head` there.
     pub fn with_checkpoint(mut self, seq: u64, head: [u8; 32]) -> Self {
         self.checkpoint = Some((seq, head));

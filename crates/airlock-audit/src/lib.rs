@@ -7,11 +7,14 @@
 //!   verifies an export with nothing but the Python 3 standard library.
 //! - [`line`]: a stored (or exported) line verified as it is: its bytes are checked to be the
 //!   canonical form of an event and hashed directly ([`Verifier::push_line`]).
+//! - [`checkpoint`]: signed checkpoints (`airlock-checkpoint-v1`): the signed bytes, Ed25519
+//!   signing and verification, the stored line, reading a file of them.
 //! - [`hex`]: lowercase hex for hashes.
 //!
 //! Architecture invariant: this crate does no I/O, keeps no clock and knows nothing of a
 //! database. Times, ids and redacted metadata come from the caller; storing the chain (and
-//! refusing updates and deletes, AUD-3) and signing checkpoints (AUD-4) live in other crates.
+//! refusing updates and deletes, AUD-3), the signing key and the checkpoint files (AUD-4) live in
+//! other crates; signing and checking a checkpoint's signature are pure and live here.
 //! Nothing here panics on input: every malformed or tampered event is an error value.
 //!
 //! ```
@@ -52,6 +55,7 @@
 //! ```
 
 pub mod chain;
+pub mod checkpoint;
 pub mod export;
 pub mod hex;
 pub mod jcs;
@@ -61,6 +65,7 @@ pub use chain::{
     Actor, AuditEvent, ChainError, ChainedEvent, GENESIS, Verifier, VerifySummary, append,
     event_bytes, link_hash, verify, verify_against,
 };
+pub use checkpoint::{Checkpoint, CheckpointError, CheckpointFile, SignedCheckpoint};
 pub use export::{ExportError, from_json_line, to_json_line};
 pub use jcs::{JcsError, canonicalize};
 pub use line::{LineError, LineView};

@@ -43,6 +43,10 @@ pub struct Paths {
     /// Key directory (KEK, high-water marks): outside the database, 0700.
     #[arg(long, env = "AIRLOCK_KEY_DIR", global = true)]
     pub key_dir: Option<PathBuf>,
+    /// Where signed audit checkpoints are kept (default: `checkpoints/` in
+    /// the key directory). Keep it where the database's holder cannot write.
+    #[arg(long, env = "AIRLOCK_CHECKPOINT_DIR", global = true)]
+    pub checkpoint_dir: Option<PathBuf>,
     /// Talk to a server with the stored API key (`airlock login`) instead
     /// of opening the local database (`run`, `plan`, `runs …`,
     /// `secrets …`, `approvals …`, `stop`, `resume`, `audit verify`).
@@ -61,12 +65,25 @@ impl Paths {
             .unwrap_or_else(|| format!("sqlite://{}", self.data_dir.join("airlock.db").display()))
     }
 
+    /// Where checkpoints and their signing key live.
+    pub fn checkpoints(&self) -> airlock_service::Checkpoints {
+        let cfg = self.config();
+        airlock_service::Checkpoints::new(cfg.key_dir, cfg.checkpoint_dir)
+    }
+
     pub fn config(&self) -> Config {
         let mut c = Config::with_defaults(self.data_dir.clone(), self.workers_dir.clone());
         c.egress_policy = self.egress_policy.clone();
         c.model_allow_private = self.model_allow_private.clone();
         if let Some(k) = &self.key_dir {
             c.key_dir = k.clone();
+        }
+        c.checkpoint_dir = self.checkpoint_dir.clone();
+        if let Some(secs) = std::env::var("AIRLOCK_CHECKPOINT_INTERVAL_SECS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+        {
+            c.checkpoint_interval = Duration::from_secs(secs);
         }
         if let Some(ms) = std::env::var("AIRLOCK_LEASE_MS")
             .ok()

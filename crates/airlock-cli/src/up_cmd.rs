@@ -186,6 +186,8 @@ async fn serve(
         svc.clone()
             .run_scheduler(svc.config().clock.clone(), stop_rx.clone()),
     );
+    // AUD-4: signed checkpoints of the audit chains, periodically.
+    let checkpointer = tokio::spawn(svc.clone().run_checkpointer(stop_rx.clone()));
     let workers = svc.loaded_workers();
     println!(
         "{}",
@@ -268,6 +270,21 @@ async fn serve(
     let _ = executor.await;
     reaper.abort();
     scheduler.abort();
+    checkpointer.abort();
+    // A last checkpoint once the work has stopped (a clean shutdown).
+    match svc.checkpoint_audit(false).await {
+        Ok(made) => {
+            let signed = made.iter().filter(|m| m.written).count();
+            println!(
+                "{}",
+                serde_json::json!({"event": "checkpoint", "signed": signed})
+            );
+        }
+        Err(e) => eprintln!(
+            "airlock: audit checkpoint at shutdown failed: {}",
+            e.message
+        ),
+    }
     match served {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => err(e),

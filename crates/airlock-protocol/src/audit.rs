@@ -55,4 +55,39 @@ pub struct AuditVerification {
     /// The first sequence number that does not verify (when not `ok`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub first_bad_seq: Option<u64>,
+    /// The signed checkpoint the chain was checked against (AUD-4): the
+    /// newest whose signature verified. Absent when there is none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint: Option<CheckpointUsed>,
+    /// A checkpoint that is not to be trusted (a signature that does not
+    /// verify): the verification fails, naming it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint_error: Option<String>,
+    /// What the verification could not check, or skipped: no checkpoint
+    /// (a cut tail would not show), torn checkpoint lines.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
+}
+
+/// Which signed checkpoint a verification used.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct CheckpointUsed {
+    /// The last sequence number it covers.
+    pub seq: u64,
+    /// The chain's hash there (hex).
+    pub head: String,
+    /// When it was made (RFC 3339).
+    pub at: String,
+}
+
+/// A signed checkpoint made on demand (`airlock audit checkpoint`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct CheckpointMade {
+    pub workspace: String,
+    pub seq: u64,
+    pub head: String,
+    pub at: String,
+    /// False when the head had not moved since the newest checkpoint and
+    /// none was written.
+    pub written: bool,
 }

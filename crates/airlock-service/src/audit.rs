@@ -3,13 +3,16 @@
 //! over every workspace of a database ([`AuditLog`], which needs neither
 //! the key directory nor the workers: an auditor can verify a copy).
 
-use airlock_audit::Verifier;
+use airlock_audit::{Verifier, VerifySummary};
 use airlock_iam::Permission;
 use airlock_protocol::Error;
-use airlock_protocol::audit::{AuditPage, AuditVerification, ListAudit, MAX_AUDIT_SCAN};
+use airlock_protocol::audit::{
+    AuditPage, AuditVerification, CheckpointMade, ListAudit, MAX_AUDIT_SCAN,
+};
 use airlock_store::{AuditRecord, Store};
 
 use crate::caller::Caller;
+use crate::checkpoints::{Checkpoints, checkpoint_all, verify_with_checkpoints};
 use crate::error::{Result, StoreResultExt};
 use crate::service::Service;
 
@@ -19,7 +22,7 @@ pub const SYSTEM_AUDIT: &str = "ws_system";
 
 /// Rows read per page when verifying a stored chain: memory stays bounded
 /// (about a megabyte of lines) whatever the chain's length.
-const VERIFY_PAGE: i64 = 1024;
+pub(crate) const VERIFY_PAGE: i64 = 1024;
 
 /// Verifies one workspace's chain from its stored lines: the count and
 /// head, or the first sequence number that does not verify (a line that is
@@ -41,27 +44,38 @@ pub fn verify_lines(workspace: &str, lines: &[String]) -> AuditVerification {
 /// `seq` and `hash` columns (what the database orders, finds and pages rows
 /// by) say what the hashed line says. Those columns are not covered by the
 /// chain, so without this check a row could be re-keyed unnoticed.
-async fn verify_stored(store: &Store, workspace: &str) -> Result<AuditVerification> {
-    verify_stored_in_pages(store, workspace, VERIFY_PAGE).await
-}
-
+#[cfg(test)]
 async fn verify_stored_in_pages(
     store: &Store,
     workspace: &str,
     page: i64,
 ) -> Result<AuditVerification> {
-    let mut v = Verifier::new().for_workspace(workspace);
-    let mut after = 0;
+    let v = Verifier::new().for_workspace(workspace);
+    Ok(to_verification(
+        verify_rows(store, workspace, page, v, 0).await?,
+    ))
+}
+
+/// Pushes the rows of `workspace` after `after` through `v`, a page of
+/// `page` rows at a time, checking the key columns (see
+/// [`verify_stored_in_pages`]): the summary, or the first bad sequence.
+pub(crate) async fn verify_rows(
+    store: &Store,
+    workspace: &str,
+    page: i64,
+    mut v: Verifier,
+    mut after: i64,
+) -> Result<std::result::Result<VerifySummary, u64>> {
     loop {
         let rows = store.audit_rows(workspace, after, page).await.svc()?;
         for row in &rows {
             match v.push_line(&row.line) {
-                Err(e) => return Ok(bad(e.first_bad_seq())),
+                Err(e) => return Ok(Err(e.first_bad_seq())),
                 Ok(Some((seq, hash))) => {
                     let columns_agree = i64::try_from(seq) == Ok(row.seq)
                         && airlock_audit::hex::decode_hash(&row.hash) == Ok(hash);
                     if !columns_agree {
-                        return Ok(bad(seq));
+                        return Ok(Err(seq));
                     }
                 }
                 // After a gap: the verdict is already "missing", decided by
@@ -74,7 +88,22 @@ async fn verify_stored_in_pages(
             _ => break,
         }
     }
-    Ok(verdict(v))
+    Ok(v.finish().map_err(|e| e.first_bad_seq()))
+}
+
+fn to_verification(r: std::result::Result<VerifySummary, u64>) -> AuditVerification {
+    match r {
+        Ok(sum) => AuditVerification {
+            ok: true,
+            events: Some(sum.count),
+            head: Some(airlock_store::hex(&sum.head)),
+            first_bad_seq: None,
+            checkpoint: None,
+            checkpoint_error: None,
+            warnings: Vec::new(),
+        },
+        Err(seq) => bad(seq),
+    }
 }
 
 fn bad(seq: u64) -> AuditVerification {
@@ -83,19 +112,14 @@ fn bad(seq: u64) -> AuditVerification {
         events: None,
         head: None,
         first_bad_seq: Some(seq),
+        checkpoint: None,
+        checkpoint_error: None,
+        warnings: Vec::new(),
     }
 }
 
 fn verdict(v: Verifier) -> AuditVerification {
-    match v.finish() {
-        Ok(sum) => AuditVerification {
-            ok: true,
-            events: Some(sum.count),
-            head: Some(airlock_store::hex(&sum.head)),
-            first_bad_seq: None,
-        },
-        Err(e) => bad(e.first_bad_seq()),
-    }
+    to_verification(v.finish().map_err(|e| e.first_bad_seq()))
 }
 
 impl Service {
@@ -202,24 +226,28 @@ impl Service {
         })
     }
 
-    /// Verifies the caller's workspace's chain.
+    /// Verifies the caller's workspace's chain, against its newest signed
+    /// checkpoint when there is one (AUD-4).
     pub async fn verify_audit(&self, c: &Caller) -> Result<AuditVerification> {
         c.require(Permission::AuditRead)?;
-        verify_stored(&self.store, &c.workspace).await
+        let cps = self.checkpoints();
+        verify_with_checkpoints(&self.store, &c.workspace, &cps).await
     }
 
     /// The caller's workspace's chain as JSON Lines (one event per line,
-    /// each ending in `\n`), verifiable with `verify_export.py`.
+    /// each ending in `\n`), then its signed checkpoints (lines of `type`
+    /// `checkpoint`), verifiable with `verify_export.py`.
     pub async fn export_audit(&self, c: &Caller) -> Result<String> {
         c.require(Permission::AuditExport)?;
         let lines = self.store.audit_lines(&c.workspace).await.svc()?;
-        Ok(join_lines(lines))
+        let cps = self.checkpoints().lines(&c.workspace)?;
+        Ok(join_lines(lines, cps))
     }
 }
 
-fn join_lines(lines: Vec<String>) -> String {
+fn join_lines(lines: Vec<String>, checkpoints: Vec<String>) -> String {
     let mut out = String::new();
-    for l in lines {
+    for l in lines.into_iter().chain(checkpoints) {
         out.push_str(&l);
         out.push('\n');
     }
@@ -228,32 +256,58 @@ fn join_lines(lines: Vec<String>) -> String {
 
 /// The operator's view of a database's audit log: every workspace's
 /// chain, without the vault, the workers or a running server.
+///
+/// Checkpoints are read from (and made into) `checkpoints`: by default
+/// the key directory's; an auditor with a copy names the directory and the
+/// public key instead.
 #[derive(Debug, Clone)]
 pub struct AuditLog {
     store: Store,
+    checkpoints: Checkpoints,
 }
 
 impl AuditLog {
-    pub async fn connect(url: &str) -> Result<Self> {
+    pub async fn connect(url: &str, checkpoints: Checkpoints) -> Result<Self> {
         let store = Store::open(url)
             .await
             .map_err(|e| Error::internal(format!("cannot open the database: {e}")))?;
-        Ok(Self { store })
+        Ok(Self { store, checkpoints })
     }
 
-    /// Every workspace's chain, verified.
+    /// Every workspace's chain, verified against its newest signed
+    /// checkpoint: the workspaces with events, and those with checkpoints
+    /// (a workspace whose every event was deleted still has those).
     pub async fn verify_all(&self) -> Result<Vec<(String, AuditVerification)>> {
+        let mut all = self.store.audit_workspaces().await.svc()?;
+        all.extend(self.checkpoints.workspaces()?);
+        all.sort();
+        all.dedup();
         let mut out = Vec::new();
-        for ws in self.store.audit_workspaces().await.svc()? {
-            let v = verify_stored(&self.store, &ws).await?;
+        for ws in all {
+            let v = verify_with_checkpoints(&self.store, &ws, &self.checkpoints).await?;
             out.push((ws, v));
         }
         Ok(out)
     }
 
-    /// One workspace's chain as JSON Lines.
+    /// One workspace's chain as JSON Lines, then its checkpoints.
     pub async fn export(&self, workspace: &str) -> Result<String> {
-        Ok(join_lines(self.store.audit_lines(workspace).await.svc()?))
+        Ok(join_lines(
+            self.store.audit_lines(workspace).await.svc()?,
+            self.checkpoints.lines(workspace)?,
+        ))
+    }
+
+    /// Signs a checkpoint of every workspace's chain (see
+    /// [`make_checkpoint`]); `force`: also where the head has not moved.
+    pub async fn checkpoint_all(&self, force: bool) -> Result<Vec<CheckpointMade>> {
+        checkpoint_all(&self.store, &self.checkpoints, force).await
+    }
+
+    /// The public key checkpoints are signed with, as 64 hex digits (the
+    /// signing key is created if there is none yet).
+    pub fn public_key(&self) -> Result<String> {
+        Ok(airlock_store::hex(&self.checkpoints.public_key_creating()?))
     }
 }
 

@@ -77,6 +77,12 @@ pub struct Config {
     pub driver: DriverChoice,
     /// Key directory (KEK, high-water marks); outside the database.
     pub key_dir: PathBuf,
+    /// Where signed audit checkpoints are written (AUD-4); default
+    /// `<key_dir>/checkpoints`.
+    pub checkpoint_dir: Option<PathBuf>,
+    /// How often `airlock up` signs a checkpoint of each chain whose head
+    /// moved (zero: only at a clean shutdown and on demand).
+    pub checkpoint_interval: Duration,
     /// The workspace the local workers folder belongs to (IAM-6: other
     /// workspaces neither see nor run these workers).
     pub workers_workspace: String,
@@ -101,6 +107,8 @@ impl Config {
             egress_policy: None,
             driver: DriverChoice::Auto,
             key_dir: data_dir.join("keys"),
+            checkpoint_dir: None,
+            checkpoint_interval: Duration::from_secs(60),
             workers_workspace: airlock_store::DEFAULT_WORKSPACE.to_string(),
             identity: IdentityConfig::default(),
             quotas: Quotas::default(),

@@ -80,6 +80,17 @@ impl Store {
             .collect())
     }
 
+    /// The last row of a workspace's chain: its `seq` and `hash` columns
+    /// (`None` for a workspace without events).
+    pub async fn audit_head(&self, workspace: &str) -> Result<Option<(i64, String)>> {
+        Ok(sqlx::query_as(
+            "SELECT seq, hash FROM audit_events WHERE workspace_id = $1 ORDER BY seq DESC LIMIT 1",
+        )
+        .bind(workspace)
+        .fetch_optional(&self.pool)
+        .await?)
+    }
+
     /// Workspaces that have audit events.
     pub async fn audit_workspaces(&self) -> Result<Vec<String>> {
         Ok(sqlx::query_scalar(

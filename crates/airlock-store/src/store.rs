@@ -106,7 +106,8 @@ pub fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
-fn rfc3339(ms: i64) -> String {
+/// `ms` since the epoch as RFC 3339 UTC with milliseconds (what audit events carry).
+pub fn rfc3339(ms: i64) -> String {
     // Civil-from-days (Howard Hinnant), UTC.
     let secs = ms.div_euclid(1000);
     let millis = ms.rem_euclid(1000);

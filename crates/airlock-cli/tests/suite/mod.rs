@@ -1,5 +1,6 @@
 mod agents;
 mod approvals;
+mod audit;
 mod browser;
 mod docs;
 mod egress;
