@@ -224,14 +224,48 @@ pub enum AdminCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Apply the database migrations and exit. On PostgreSQL with two
+    /// roles, run this as the owner role before the server starts as the
+    /// runtime role (README, "PostgreSQL with two roles").
+    Migrate,
+    /// Print the SQL that gives a PostgreSQL runtime role what the server
+    /// needs, and on the audit log only INSERT and SELECT; run it as the
+    /// owner after `admin migrate`.
+    PgRuntimeGrants {
+        /// The runtime role's name.
+        #[arg(long, default_value = "airlock_runtime")]
+        role: String,
+    },
 }
 
 pub fn admin(paths: &Paths, cmd: &AdminCommand) -> ExitCode {
-    let AdminCommand::ResetPassword {
-        username,
-        ttl_minutes,
-        json,
-    } = cmd;
+    let (username, ttl_minutes, json) = match cmd {
+        AdminCommand::ResetPassword {
+            username,
+            ttl_minutes,
+            json,
+        } => (username, ttl_minutes, json),
+        AdminCommand::Migrate => {
+            return block_on(async || {
+                match airlock_service::migrate_database(&paths.url()).await {
+                    Ok(v) => {
+                        println!("{}", serde_json::json!({"schema_version": v}));
+                        ExitCode::SUCCESS
+                    }
+                    Err(e) => fail(&e),
+                }
+            });
+        }
+        AdminCommand::PgRuntimeGrants { role } => {
+            return match airlock_service::postgres_runtime_grants(role) {
+                Ok(sql) => {
+                    print!("{sql}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => fail(&e),
+            };
+        }
+    };
     with_service(paths, async |svc| {
         let op = Caller::operator(&svc.config().workers_workspace);
         let ttl = Duration::from_secs(ttl_minutes.saturating_mul(60));

@@ -60,7 +60,9 @@ pub use journal::{Decided, DispatchTicket, Verdict};
 pub use runs::{RunOptions, RunStarted};
 pub use scheduler::*;
 pub use secret_ops::Rewrapped;
-pub use service::{DatabaseReport, Service, Workers, inspect_database};
+pub use service::{
+    DatabaseReport, Service, Workers, inspect_database, migrate_database, postgres_runtime_grants,
+};
 pub use uploads::*;
 pub use webhooks::*;
 pub use workers::MAX_MANIFEST_CHARS;

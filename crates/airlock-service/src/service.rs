@@ -101,6 +101,26 @@ pub async fn inspect_database(url: &str) -> Result<DatabaseReport> {
     })
 }
 
+/// Opens `url` and applies every migration this build knows (the owner's
+/// step of the two-role PostgreSQL setup, AUD-3): the schema version now.
+pub async fn migrate_database(url: &str) -> Result<i64> {
+    let store = airlock_store::Store::open(url).await.map_err(|e| {
+        airlock_protocol::Error::new(airlock_protocol::ErrorCode::Internal, e.to_string())
+    })?;
+    store.pool().close().await;
+    Ok(airlock_store::SCHEMA_VERSION)
+}
+
+/// The SQL the owner runs to give the PostgreSQL runtime role `role` what
+/// the server needs and, on the audit log, only INSERT and SELECT (AUD-3).
+pub fn postgres_runtime_grants(role: &str) -> Result<String> {
+    airlock_store::postgres_runtime_grants(role).ok_or_else(|| {
+        airlock_protocol::Error::invalid_query(
+            "the role must be a lowercase identifier: a-z, 0-9 and _, at most 63 characters",
+        )
+    })
+}
+
 /// What [`inspect_database`] found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DatabaseReport {

@@ -384,6 +384,7 @@ impl Service {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::MetadataExt;
 
     #[test]
     fn api_5_sniff_table() {

@@ -158,6 +158,19 @@ const POSTGRES_MIGRATIONS: &[(i64, &str)] = &[
     (6, include_str!("../migrations/shared/0006_agents.sql")),
 ];
 
+/// The grants of the runtime role in the two-role PostgreSQL setup (AUD-3),
+/// as the owner runs them: `sql/postgres_runtime_role.sql` for the role
+/// `role`. `None` unless `role` is a plain lowercase identifier (it is
+/// written into SQL).
+pub fn postgres_runtime_grants(role: &str) -> Option<String> {
+    let plain = (1..=63).contains(&role.len())
+        && role.starts_with(|c: char| c.is_ascii_lowercase() || c == '_')
+        && role
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+    plain.then(|| include_str!("../sql/postgres_runtime_role.sql").replace("airlock_runtime", role))
+}
+
 /// The newest schema version this build knows.
 pub const SCHEMA_VERSION: i64 = 6;
 
@@ -279,6 +292,17 @@ impl Store {
     }
 
     async fn migrate(&self) -> Result<()> {
+        // A current schema needs nothing, not even the `CREATE TABLE IF NOT
+        // EXISTS` below: a runtime role without CREATE on the schema (the
+        // two-role PostgreSQL setup, AUD-3) opens a migrated database.
+        let current =
+            sqlx::query_scalar::<_, i64>("SELECT COALESCE(MAX(version), 0) FROM schema_migrations")
+                .fetch_one(&self.pool)
+                .await
+                .ok();
+        if current.is_some_and(|v| v >= SCHEMA_VERSION) {
+            return Ok(());
+        }
         sqlx::raw_sql("CREATE TABLE IF NOT EXISTS schema_migrations (version BIGINT PRIMARY KEY, applied_at BIGINT NOT NULL)")
             .execute(&self.pool)
             .await?;

@@ -117,6 +117,7 @@ mod audit;
 mod execution;
 mod identity;
 mod plans;
+mod roles;
 mod runs;
 mod schedules;
 mod secrets;
