@@ -388,7 +388,7 @@ def main(argv):
         print(f"cannot read export: {e}", file=sys.stderr)
         return 2
     lines, checkpoints = split_checkpoints(lines)
-    used = "no checkpoint"
+    used = "no checkpoint" if checkpoint is None else f"checkpoint seq={checkpoint[0]} given"
     if checkpoints and public_key is None:
         print("warning: checkpoint lines not checked: pass --public-key", file=sys.stderr)
     elif public_key is not None:

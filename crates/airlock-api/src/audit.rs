@@ -31,8 +31,9 @@ async fn list_audit(
     Ok(Json(s.service.list_audit(&c, &q).await?))
 }
 
-/// Verifies the workspace's chain: the count and head hash, or the first
-/// bad sequence number.
+/// Verifies the workspace's chain against its newest signed checkpoint:
+/// the count and head hash, or the first bad sequence number; which
+/// checkpoint was used, or a warning that there is none.
 #[utoipa::path(get, path = "/v1/audit/verify", tag = "audit", responses((status = 200, description = "verification result", body = AuditVerification), (status = "4XX", description = "error", body = ErrorBody), (status = "5XX", description = "internal error", body = ErrorBody)))]
 async fn verify_audit(
     State(s): State<AppState>,
@@ -41,9 +42,9 @@ async fn verify_audit(
     Ok(Json(s.service.verify_audit(&c).await?))
 }
 
-/// The workspace's chain as JSON Lines, verifiable elsewhere with
-/// `verify_export.py`.
-#[utoipa::path(get, path = "/v1/audit/export", tag = "audit", responses((status = 200, description = "JSON Lines, one event per line", content_type = "application/x-ndjson", body = String), (status = "4XX", description = "error", body = ErrorBody), (status = "5XX", description = "internal error", body = ErrorBody)))]
+/// The workspace's chain as JSON Lines, then its signed checkpoints (lines
+/// of `"type":"checkpoint"`), verifiable elsewhere with `verify_export.py`.
+#[utoipa::path(get, path = "/v1/audit/export", tag = "audit", responses((status = 200, description = "JSON Lines: one event per line, then the signed checkpoints", content_type = "application/x-ndjson", body = String), (status = "4XX", description = "error", body = ErrorBody), (status = "5XX", description = "internal error", body = ErrorBody)))]
 async fn export_audit(
     State(s): State<AppState>,
     InWorkspace(c): InWorkspace,

@@ -83,6 +83,12 @@ impl Checkpoints {
         &self.dir
     }
 
+    /// A workspace's file name, for messages (the directory is the
+    /// operator's to know, not every reader's).
+    fn file_name(workspace: &str) -> String {
+        format!("{}.jsonl", file_stem(workspace))
+    }
+
     /// A workspace's file. Ids made of `[A-Za-z0-9_-]` are used as they are;
     /// any other is hex-encoded, so no id names a path elsewhere.
     fn file(&self, workspace: &str) -> PathBuf {
@@ -185,7 +191,7 @@ impl Checkpoints {
     ) -> Result<std::result::Result<CheckpointFile, String>> {
         let text = self.read_text(workspace, limit)?;
         Ok(checkpoint::read_checkpoints(&text, workspace, key)
-            .map_err(|(line, e)| format!("{} line {line}: {e}", self.file(workspace).display())))
+            .map_err(|(line, e)| format!("{} line {line}: {e}", Self::file_name(workspace))))
     }
 
     /// The lines of a workspace's file that parse as checkpoints (for an
@@ -303,7 +309,7 @@ pub(crate) async fn verify_with_checkpoints(
                     warnings.push(format!(
                         "skipped {} checkpoint line(s) that do not parse (a torn write?) in {}: line(s) {:?}",
                         file.skipped.len(),
-                        cps.file(workspace).display(),
+                        Checkpoints::file_name(workspace),
                         file.skipped
                     ));
                 }
@@ -311,7 +317,7 @@ pub(crate) async fn verify_with_checkpoints(
                     Some(cp) => newest = Some(cp.checkpoint),
                     None => warnings.push(format!(
                         "no signed checkpoint in {}: deleting the newest events would not show",
-                        cps.file(workspace).display()
+                        Checkpoints::file_name(workspace)
                     )),
                 }
             }
@@ -517,6 +523,80 @@ mod tests {
             assert_eq!(workspace_of_stem(&stem).as_deref(), Some(ws));
         }
         assert_eq!(workspace_of_stem("x-zz"), None);
+    }
+
+    async fn store_with(n: usize) -> (Store, tempfile::TempDir) {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("airlock.db").display());
+        let store = Store::open(&url).await.unwrap();
+        add(&store, n).await;
+        (store, dir)
+    }
+
+    async fn add(store: &Store, n: usize) {
+        for i in 0..n {
+            let rec = airlock_store::AuditRecord::system("config.changed", None)
+                .with_metadata(serde_json::json!({ "i": i }));
+            store.audit(crate::DEFAULT_WORKSPACE, rec).await.unwrap();
+        }
+    }
+
+    async fn exec(store: &Store, sql: &str) {
+        sqlx::query(sql).execute(store.pool()).await.unwrap();
+    }
+
+    /// A checkpoint is signed only over a chain that verifies from the
+    /// previous one on: a cut below it, or an edit after it, is never
+    /// signed, and nothing is appended. An edit before it leaves every
+    /// hash from the checkpoint on as signed (the new checkpoint states
+    /// the true head), and verification still names it.
+    #[tokio::test]
+    async fn aud_4_a_tampered_chain_is_never_signed() {
+        let ws = crate::DEFAULT_WORKSPACE;
+        for (name, sql, signs, bad) in [
+            ("cut", "DELETE FROM audit_events WHERE seq > 3", false, 4),
+            (
+                "edited before the checkpoint",
+                "UPDATE audit_events SET line = replace(line, '\"i\":1', '\"i\":9') WHERE seq = 2",
+                true,
+                2,
+            ),
+            (
+                "edited after the checkpoint",
+                "UPDATE audit_events SET line = replace(line, '\"i\":0', '\"i\":9') WHERE seq = 8",
+                false,
+                8,
+            ),
+        ] {
+            let (store, dir) = store_with(5).await;
+            let cps = Checkpoints::new(dir.path().join("keys"), None);
+            let first = make_checkpoint(&store, &cps, ws, false).await.unwrap();
+            assert!(first.written && first.seq == 5, "{first:?}");
+            // Control: an untouched chain that moved is signed, an unmoved one
+            // is not signed again.
+            add(&store, 2).await;
+            let second = make_checkpoint(&store, &cps, ws, false).await.unwrap();
+            assert!(second.written && second.seq == 7, "{second:?}");
+            let same = make_checkpoint(&store, &cps, ws, false).await.unwrap();
+            assert!(!same.written && same.seq == 7, "{same:?}");
+            add(&store, 1).await;
+            for t in ["audit_events_no_update", "audit_events_no_delete"] {
+                exec(&store, &format!("DROP TRIGGER {t}")).await;
+            }
+            exec(&store, sql).await;
+            let before = std::fs::read_to_string(cps.file(ws)).unwrap();
+            let made = make_checkpoint(&store, &cps, ws, true).await;
+            assert_eq!(made.is_ok(), signs, "{name}: {made:?}");
+            if !signs {
+                assert_eq!(
+                    std::fs::read_to_string(cps.file(ws)).unwrap(),
+                    before,
+                    "{name}"
+                );
+            }
+            let v = verify_with_checkpoints(&store, ws, &cps).await.unwrap();
+            assert_eq!((v.ok, v.first_bad_seq), (false, Some(bad)), "{name}: {v:?}");
+        }
     }
 
     #[test]

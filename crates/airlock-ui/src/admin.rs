@@ -635,22 +635,37 @@ async fn audit(
     Query(q): Query<AuditQuery>,
 ) -> Result<Response, UiError> {
     let check = s.service.verify_audit(&v.caller).await?;
+    // AUD-4: which signed checkpoint pinned the chain, or that none did.
+    let pinned = match &check.checkpoint {
+        Some(cp) => format!(
+            " Checked against the signed checkpoint of event {} ({}).",
+            cp.seq, cp.at
+        ),
+        None => " No signed checkpoint: removing the newest events would not show.".into(),
+    };
     let (verified, verification) = if check.ok {
         (
             true,
             format!(
-                "The chain verifies: {} events, head {}.",
+                "The chain verifies: {} events, head {}.{pinned}",
                 check.events.unwrap_or(0),
                 check.head.as_deref().unwrap_or("—")
             ),
+        )
+    } else if check.checkpoint_error.is_some() {
+        (
+            false,
+            "A signed checkpoint does NOT verify (`airlock audit verify` on the server names it): \
+             the log cannot be trusted."
+                .to_string(),
         )
     } else {
         (
             false,
             match check.first_bad_seq {
                 Some(n) => format!(
-                    "The chain does NOT verify: event {n} does not match its hash or its predecessor. \
-                     Events from there on cannot be trusted."
+                    "The chain does NOT verify: event {n} does not match its hash, its predecessor \
+                     or the signed checkpoint. Events from there on cannot be trusted.{pinned}"
                 ),
                 None => "The chain does NOT verify.".into(),
             },

@@ -339,7 +339,7 @@ fn aud_4_a_forged_checkpoint_is_refused_and_a_torn_line_is_tolerated() {
     let out = env
         .cmd()
         .args(["--database-url", &format!("sqlite://{}", db.display())])
-        .args(&odir)
+        .args(odir)
         .args(["audit", "verify", "--public-key", &other_key])
         .output()
         .unwrap();
