@@ -8,8 +8,9 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::{Duration, Instant};
 
-use crate::suite::runs::Env;
+use crate::suite::runs::{Env, Server};
 use crate::suite::support::*;
 
 fn verify_script() -> PathBuf {
@@ -383,4 +384,95 @@ fn aud_4_a_forged_checkpoint_is_refused_and_a_torn_line_is_tolerated() {
         "{line}"
     );
     assert!(script_verify(&env, &db, &dir, &key).0);
+}
+
+/// The chain's length and the checkpoint `GET /v1/audit/verify` used.
+fn server_verify(server: &Server) -> (u64, Option<u64>) {
+    let (c, v) = server.json("GET", "/v1/audit/verify", None, &[]);
+    assert_eq!(c, 200, "{v}");
+    assert_eq!(v["ok"], true, "{v}");
+    (
+        v["events"].as_u64().unwrap(),
+        v["checkpoint"]["seq"].as_u64(),
+    )
+}
+
+fn run_one(server: &Server) {
+    let (c, v) = server.json("POST", "/v1/workers/quick/runs", Some("{}"), &[]);
+    assert_eq!(c, 201, "{v}");
+    let id = v["run"]["id"].as_str().unwrap().to_string();
+    assert_eq!(
+        server.wait_state(&id, &["succeeded", "failed"]),
+        "succeeded"
+    );
+}
+
+#[test]
+fn aud_4_airlock_up_signs_checkpoints_periodically_and_at_a_clean_shutdown() {
+    let env = Env::new(Who::Invoker);
+    env.sh_worker("quick", "", "echo '{}' > /airlock/output/result.json\n");
+
+    // Periodically: every second while the head moves.
+    let mut server = Server::start(&env, &[("AIRLOCK_CHECKPOINT_INTERVAL_SECS", "1")]);
+    run_one(&server);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let n = loop {
+        let (events, checkpoint) = server_verify(&server);
+        if checkpoint == Some(events) {
+            break events;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no periodic checkpoint covers {events} events"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    // The export ends with the checkpoints, which the script checks.
+    let (c, text) = server.request("GET", "/v1/audit/export", None, &[]);
+    assert_eq!(c, 200);
+    let last = text.lines().last().unwrap();
+    assert!(
+        last.contains("\"type\":\"checkpoint\"") && last.contains(&format!("\"seq\":{n},")),
+        "{last}"
+    );
+    server.kill9();
+
+    // At a clean shutdown, with the periodic checkpoints off.
+    let mut server = Server::start(&env, &[("AIRLOCK_CHECKPOINT_INTERVAL_SECS", "0")]);
+    run_one(&server);
+    let (events, checkpoint) = server_verify(&server);
+    assert!(events > n, "{events}");
+    assert_eq!(
+        checkpoint,
+        Some(n),
+        "control: no checkpoint was made while running"
+    );
+    let st = Command::new("kill")
+        .args(["-TERM", &server.pid().to_string()])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    assert!(
+        server.wait_exit(Duration::from_secs(60)),
+        "airlock up did not stop"
+    );
+    assert!(
+        server.log_text().contains("\"event\":\"checkpoint\""),
+        "{}",
+        server.log_text()
+    );
+    let out = env
+        .cmd()
+        .args(["audit", "verify", "--json"])
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let ws = v["workspaces"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|w| w["workspace"] == "ws_default")
+        .unwrap();
+    assert_eq!(ws["events"].as_u64(), Some(events), "{v}");
+    assert_eq!(ws["checkpoint"]["seq"].as_u64(), Some(events), "{v}");
 }
