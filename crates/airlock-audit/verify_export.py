@@ -310,8 +310,13 @@ def newest_checkpoint(checkpoints, workspace, public_key):
         from cryptography.exceptions import InvalidSignature
         from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
     except ImportError:
-        raise SystemExit("checking checkpoint signatures needs the `cryptography` package")
-    key = Ed25519PublicKey.from_public_bytes(public_key)
+        print("checking checkpoint signatures needs the `cryptography` package", file=sys.stderr)
+        raise SystemExit(2)
+    try:
+        key = Ed25519PublicKey.from_public_bytes(public_key)
+    except ValueError:
+        print("--public-key is not an Ed25519 public key", file=sys.stderr)
+        raise SystemExit(2)
     newest = None
     for line_no, cp in checkpoints:
         members = {"at", "head", "seq", "signature", "type", "version", "workspace_id"}

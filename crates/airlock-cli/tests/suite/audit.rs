@@ -116,16 +116,29 @@ fn script_verify(env: &Env, db: &Path, extra: &[&str], key: &str) -> (bool, Stri
     assert!(out.status.success());
     let file = db.with_extension("jsonl");
     std::fs::write(&file, &out.stdout).unwrap();
+    // `cryptography` checks the signatures: the system's, or the pinned
+    // copy scripts/test installs when there is none.
+    let pydeps = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/pydeps-crypto");
+    let mut pythonpath = std::env::var_os("PYTHONPATH").unwrap_or_default();
+    if pydeps.is_dir() {
+        let mut p = pydeps.into_os_string();
+        if !pythonpath.is_empty() {
+            p.push(":");
+            p.push(&pythonpath);
+        }
+        pythonpath = p;
+    }
     let out = Command::new("python3")
         .arg(verify_script())
         .args(["--public-key", key])
         .arg(&file)
+        .env("PYTHONPATH", pythonpath)
         .output()
         .unwrap();
     assert_ne!(
         out.status.code(),
         Some(2),
-        "{}",
+        "verify_export.py could not run (scripts/test installs `cryptography`): {}",
         String::from_utf8_lossy(&out.stderr)
     );
     (
