@@ -55,3 +55,35 @@ fn iam_7_the_documented_names_are_the_role_table() {
     assert_eq!(listed("RoleName"), roles);
     assert_eq!(listed("PermissionName"), perms);
 }
+
+/// AUD-4: the verification result documents which checkpoint was used,
+/// and every schema it refers to is in the document.
+#[test]
+fn aud_4_the_documented_verification_names_its_checkpoint() {
+    let doc = serde_json::to_value(airlock_api::openapi_document()).unwrap();
+    let schemas = &doc["components"]["schemas"];
+    let v = &schemas["AuditVerification"]["properties"];
+    for field in [
+        "ok",
+        "first_bad_seq",
+        "checkpoint",
+        "checkpoint_error",
+        "warnings",
+    ] {
+        assert!(v.get(field).is_some(), "{field}: {v}");
+    }
+    let text = v["checkpoint"].to_string();
+    let name = text
+        .split("#/components/schemas/")
+        .nth(1)
+        .and_then(|r| r.split('"').next())
+        .unwrap_or_else(|| panic!("checkpoint is a reference: {text}"));
+    assert_eq!(name, "CheckpointUsed");
+    for field in ["seq", "head", "at"] {
+        assert!(
+            schemas[name]["properties"].get(field).is_some(),
+            "{}",
+            schemas[name]
+        );
+    }
+}
