@@ -13,7 +13,8 @@ and exits 0, or
 
 naming the first bad sequence number, and exits 1 (2 for a usage error).
 
-The algorithm (independent of airlock; Python 3 standard library only):
+The algorithm (independent of airlock; Python 3 standard library only, and the `cryptography`
+package to check checkpoint signatures with --public-key):
 
   * Each line is one event of ONE workspace, in order seq = 1, 2, 3, ... without gaps: a JSON
     object with the members workspace_id, seq, at, actor, event_type, target, request_id,

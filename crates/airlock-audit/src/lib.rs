@@ -4,7 +4,8 @@
 //! - [`chain`]: the audit event type, the per-workspace hash chain (the published algorithm),
 //!   appending and verifying.
 //! - [`export`]: JSON Lines export and import; `verify_export.py` next to this crate's manifest
-//!   verifies an export with nothing but the Python 3 standard library.
+//!   verifies an export with nothing but the Python 3 standard library (and `cryptography` for
+//!   checkpoint signatures).
 //! - [`line`]: a stored (or exported) line verified as it is: its bytes are checked to be the
 //!   canonical form of an event and hashed directly ([`Verifier::push_line`]).
 //! - [`checkpoint`]: signed checkpoints (`airlock-checkpoint-v1`): the signed bytes, Ed25519

@@ -42,7 +42,20 @@ fn write_temp(name: &str, contents: &str) -> PathBuf {
 }
 
 fn python(args: &[String], stdin: Option<&str>) -> Output {
+    // `cryptography` (for --public-key): the system's, or the pinned copy
+    // scripts/test installs when there is none.
+    let pydeps = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/pydeps-crypto");
+    let mut pythonpath = std::env::var_os("PYTHONPATH").unwrap_or_default();
+    if pydeps.is_dir() {
+        let mut p = pydeps.into_os_string();
+        if !pythonpath.is_empty() {
+            p.push(":");
+            p.push(&pythonpath);
+        }
+        pythonpath = p;
+    }
     let mut child = Command::new("python3")
+        .env("PYTHONPATH", pythonpath)
         .arg(script())
         .args(args)
         .stdin(if stdin.is_some() {
@@ -300,4 +313,82 @@ fn aud_2_number_canonical_form_matches_python_on_many_doubles() {
     assert!(xs.len() > 300_000);
     // Positive control: the tie family really exercised the round-half-even correction.
     assert!(corrected_ties > 10_000, "{corrected_ties}");
+}
+
+/// AUD-4: checkpoints signed here are checked by the script with the public key, with the
+/// same verdicts as `read_checkpoints` and the verifier: the newest is used, a cut chain is
+/// caught against it, a forged or foreign-key line is refused, no key means no checkpoint.
+#[test]
+fn aud_4_python_checks_signed_checkpoints_like_rust() {
+    use airlock_audit::checkpoint::{Checkpoint, public_key, read_checkpoints};
+    let seed = [3u8; 32];
+    let key = hex::encode(&public_key(&seed).unwrap());
+    let c = chain(8);
+    let ws = c[0].event.workspace_id.clone();
+    let signed = |seq: u64, seed: &[u8; 32]| {
+        Checkpoint {
+            workspace_id: ws.clone(),
+            seq,
+            head: c[seq as usize - 1].hash,
+            at: "2026-12-04T11:00:00.000Z".into(),
+        }
+        .sign(seed)
+        .unwrap()
+        .to_line()
+        .unwrap()
+    };
+    let with = |events: &[ChainedEvent], lines: &[String]| {
+        let mut t = export(events);
+        for l in lines {
+            t.push_str(l);
+            t.push('\n');
+        }
+        t
+    };
+    let key_arg = |k: &str| vec!["-".to_string(), "--public-key".to_string(), k.to_string()];
+    let cps = vec![signed(3, &seed), signed(6, &seed)];
+    // Rust's reading of the same lines, for the agreement.
+    let read = read_checkpoints(&cps.join("\n"), &ws, &public_key(&seed).unwrap()).unwrap();
+    assert_eq!(read.newest.unwrap().checkpoint.seq, 6);
+
+    // Control: the whole chain verifies against the newest checkpoint.
+    let out = python(&key_arg(&key), Some(&with(&c, &cps)));
+    assert_eq!(
+        stdout(&out),
+        format!(
+            "ok 8 events head={} (checkpoint seq=6 at=2026-12-04T11:00:00.000Z)\n",
+            c[7].hash_hex()
+        ),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // A chain cut below the newest checkpoint: what the verifier says.
+    let rust = airlock_audit::verify_against(&c[..4], Some((6, c[5].hash))).unwrap_err();
+    let out = python(&key_arg(&key), Some(&with(&c[..4], &cps)));
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stdout(&out).starts_with(&format!("bad seq {}: ", rust.first_bad_seq())),
+        "{}",
+        stdout(&out)
+    );
+    // Without the key the checkpoints are not used (a warning), so the cut passes.
+    let out = python(&[], Some(&with(&c[..4], &cps)));
+    assert_eq!(out.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not checked"));
+    // Forged: a changed head, and a checkpoint signed with another key.
+    let mut changed: serde_json::Value = serde_json::from_str(&cps[1]).unwrap();
+    changed["head"] = serde_json::Value::String(c[7].hash_hex());
+    for forged in [changed.to_string(), signed(8, &[4u8; 32])] {
+        let lines = vec![cps[0].clone(), forged.clone()];
+        assert!(read_checkpoints(&lines.join("\n"), &ws, &public_key(&seed).unwrap()).is_err());
+        let out = python(&key_arg(&key), Some(&with(&c, &lines)));
+        assert_eq!(out.status.code(), Some(1), "{forged}");
+        assert_eq!(
+            stdout(&out),
+            "bad checkpoint line 10: the signature does not verify\n"
+        );
+    }
+    // A bad key argument is a usage error.
+    let out = python(&key_arg("xyz"), Some(&with(&c, &cps)));
+    assert_eq!(out.status.code(), Some(2));
 }
