@@ -42,8 +42,10 @@ lines whose `type` member is "checkpoint":
     "workspace_id": W}); S is the Ed25519 signature (128 hex digits) of message.
   * With --public-key HEX (64 hex digits: `airlock audit public-key`, obtained out of band),
     every checkpoint line's signature is checked (a bad one, or one of another workspace, is
-    reported as "bad checkpoint line L: ..." and exits 1), and the chain is checked against the
-    newest one (the highest N) as with --checkpoint. Checking signatures needs the
+    reported as "bad checkpoint line L: ..." and exits 1), and the chain is checked against every
+    valid one: it must reach the newest (the highest N, named in the result) and have each
+    one's hash at its N, so a rewrite is named at the first checkpoint it changed. Checking
+    signatures needs the
     `cryptography` package (exit 2 without it). Without --public-key, checkpoint lines are
     ignored with a warning on standard error. With --public-key, the result line ends with
     "(checkpoint seq=N at=T)" or "(no checkpoint)".
@@ -216,7 +218,14 @@ def parse_line(line):
 # ---- the chain ------------------------------------------------------------------------------
 
 def verify(lines, workspace=None, checkpoint=None):
-    """Returns (count, head bytes); raises Bad."""
+    """Returns (count, head bytes); raises Bad. `checkpoint`: one (seq, head) or a dict of
+    them (every checkpoint of an export: the chain must match each and reach the highest)."""
+    if checkpoint is None:
+        checkpoints = {}
+    elif isinstance(checkpoint, dict):
+        checkpoints = checkpoint
+    else:
+        checkpoints = {checkpoint[0]: checkpoint[1]}
     count, head, gap_at = 0, GENESIS, None
     for line_no, line in enumerate(lines, 1):
         if line.strip() == "":
@@ -264,16 +273,19 @@ def verify(lines, workspace=None, checkpoint=None):
             raise Bad(seq, f"event {seq} was edited: its hash does not match its contents")
         if prev != head:
             raise Bad(seq, f"event {seq} does not link to the event before it")
-        if checkpoint is not None and checkpoint[0] == seq and checkpoint[1] != stored:
+        if checkpoints.get(seq, stored) != stored:
             raise Bad(seq, f"event {seq} does not match the checkpoint's head hash")
         count, head = seq, stored
     if gap_at is not None:
         raise Bad(gap_at, f"event {gap_at} is missing")
-    if checkpoint is not None:
-        cp_seq, cp_head = checkpoint
+    if checkpoints:
+        cp_seq = max(checkpoints)
+        cp_head = checkpoints[cp_seq]
         if count < cp_seq:
             raise Bad(count + 1, f"chain ends at event {count} but a checkpoint covers event {cp_seq}")
         if cp_seq == 0 and cp_head != GENESIS:
+            raise Bad(0, "event 0 does not match the checkpoint's head hash")
+        if checkpoints.get(0, GENESIS) != GENESIS:
             raise Bad(0, "event 0 does not match the checkpoint's head hash")
     return count, head
 
@@ -305,8 +317,8 @@ def split_checkpoints(lines):
 
 
 def newest_checkpoint(checkpoints, workspace, public_key):
-    """The (seq, head bytes, at) of the newest checkpoint whose signature verifies; raises
-    BadCheckpoint for one that does not."""
+    """The (seq, head bytes, at) of the newest checkpoint whose signature verifies, and every
+    valid checkpoint as {seq: head bytes}; raises BadCheckpoint for one that does not."""
     try:
         from cryptography.exceptions import InvalidSignature
         from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
@@ -318,7 +330,7 @@ def newest_checkpoint(checkpoints, workspace, public_key):
     except ValueError:
         print("--public-key is not an Ed25519 public key", file=sys.stderr)
         raise SystemExit(2)
-    newest = None
+    newest, every = None, {}
     for line_no, cp in checkpoints:
         members = {"at", "head", "seq", "signature", "type", "version", "workspace_id"}
         seq = cp.get("seq")
@@ -337,9 +349,10 @@ def newest_checkpoint(checkpoints, workspace, public_key):
             raise BadCheckpoint(f"bad checkpoint line {line_no}: the signature does not verify")
         if workspace is not None and cp["workspace_id"] != workspace:
             raise BadCheckpoint(f"bad checkpoint line {line_no}: of another workspace")
+        every[seq] = bytes.fromhex(cp["head"])
         if newest is None or seq >= newest[0]:
             newest = (seq, bytes.fromhex(cp["head"]), cp["at"])
-    return newest
+    return newest, every
 
 
 def first_workspace(lines):
@@ -399,8 +412,8 @@ def main(argv):
         print("warning: checkpoint lines not checked: pass --public-key", file=sys.stderr)
     elif public_key is not None:
         try:
-            newest = newest_checkpoint(checkpoints, workspace or first_workspace(lines),
-                                       public_key)
+            newest, every = newest_checkpoint(checkpoints, workspace or first_workspace(lines),
+                                              public_key)
         except BadCheckpoint as e:
             print(e)
             return 1
@@ -408,7 +421,7 @@ def main(argv):
             print("warning: no signed checkpoint: deleting the newest events would not show",
                   file=sys.stderr)
         elif checkpoint is None:
-            checkpoint = newest[:2]
+            checkpoint = every
             used = f"checkpoint seq={newest[0]} at={newest[2]}"
     # With --public-key, the line says which checkpoint was used.
     suffix = f" ({used})" if public_key is not None else ""

@@ -284,7 +284,9 @@ pub fn verify_against<'a>(
 #[derive(Debug, Clone)]
 pub struct Verifier {
     workspace_id: Option<String>,
-    checkpoint: Option<(u64, [u8; 32])>,
+    /// Checkpoints by sequence number: the chain must have each hash at
+    /// its number, and reach the highest.
+    checkpoints: std::collections::BTreeMap<u64, [u8; 32]>,
     count: u64,
     head: [u8; 32],
     /// Set once an event arrived early: the number that should have come. Reading on decides
@@ -303,7 +305,7 @@ impl Verifier {
     pub fn new() -> Self {
         Self {
             workspace_id: None,
-            checkpoint: None,
+            checkpoints: std::collections::BTreeMap::new(),
             count: 0,
             head: GENESIS,
             gap_at: None,
@@ -326,9 +328,11 @@ impl Verifier {
         self
     }
 
-    /// The chain must reach `seq` and have hash `head` there.
+    /// The chain must reach `seq` and have hash `head` there. May be given several times
+    /// (every checkpoint of a file): the chain must then match each, and a rewrite is named
+    /// at the first checkpoint it changed.
     pub fn with_checkpoint(mut self, seq: u64, head: [u8; 32]) -> Self {
-        self.checkpoint = Some((seq, head));
+        self.checkpoints.insert(seq, head);
         self
     }
 
@@ -425,9 +429,10 @@ impl Verifier {
         if prev_hash != self.head {
             return Err(ChainError::PrevMismatch { seq });
         }
-        if let Some((cp_seq, cp_head)) = self.checkpoint
-            && cp_seq == seq
-            && cp_head != hash
+        if self
+            .checkpoints
+            .get(&seq)
+            .is_some_and(|cp_head| *cp_head != hash)
         {
             return Err(ChainError::CheckpointMismatch { seq });
         }
@@ -441,7 +446,7 @@ impl Verifier {
         if let Some(expected_seq) = self.gap_at {
             return Err(ChainError::Missing { expected_seq });
         }
-        if let Some((cp_seq, cp_head)) = self.checkpoint {
+        if let Some((&cp_seq, &cp_head)) = self.checkpoints.last_key_value() {
             if self.count < cp_seq {
                 return Err(ChainError::Truncated {
                     have: self.count,
@@ -451,6 +456,9 @@ impl Verifier {
             if cp_seq == 0 && cp_head != GENESIS {
                 return Err(ChainError::CheckpointMismatch { seq: 0 });
             }
+        }
+        if self.checkpoints.get(&0).is_some_and(|h| *h != GENESIS) {
+            return Err(ChainError::CheckpointMismatch { seq: 0 });
         }
         Ok(VerifySummary {
             count: self.count,

@@ -221,6 +221,9 @@ pub struct CheckpointFile {
     pub newest: Option<SignedCheckpoint>,
     /// How many valid checkpoints the file holds.
     pub valid: usize,
+    /// Every valid checkpoint's `(seq, head)`, in file order: a chain checked against all
+    /// of them has a rewrite named at the first checkpoint it changed.
+    pub all: Vec<(u64, [u8; 32])>,
     /// Lines that are not checkpoints (1-based line numbers): torn writes, skipped.
     pub skipped: Vec<usize>,
 }
@@ -255,6 +258,7 @@ pub fn read_checkpoints(
             ));
         }
         out.valid += 1;
+        out.all.push((cp.checkpoint.seq, cp.checkpoint.head));
         if out
             .newest
             .as_ref()

@@ -18,8 +18,8 @@ use crate::common::{Paths, block_on, err, fail};
 #[derive(Debug, Subcommand)]
 pub enum AuditCommand {
     /// Verify the hash chains (every workspace locally, the key's remotely)
-    /// against each one's newest signed checkpoint; names the first bad
-    /// sequence number, or the checkpoint that does not verify.
+    /// against their signed checkpoints (naming the newest); names the
+    /// first bad sequence number, or the checkpoint that does not verify.
     Verify {
         /// `{"workspaces": [{"workspace", "ok", "events", "head",
         /// "first_bad_seq", "checkpoint", "checkpoint_error", "warnings"}]}`

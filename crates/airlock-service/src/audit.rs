@@ -226,8 +226,8 @@ impl Service {
         })
     }
 
-    /// Verifies the caller's workspace's chain, against its newest signed
-    /// checkpoint when there is one (AUD-4).
+    /// Verifies the caller's workspace's chain, against its signed
+    /// checkpoints when there are some (AUD-4).
     pub async fn verify_audit(&self, c: &Caller) -> Result<AuditVerification> {
         c.require(Permission::AuditRead)?;
         let cps = self.checkpoints();

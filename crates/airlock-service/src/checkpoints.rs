@@ -7,13 +7,15 @@
 //! `airlock_audit::checkpoint`; this module does the files and the store.
 //!
 //! A checkpoint is only ever made over a chain that verifies from the
-//! previous checkpoint on, so a rewrite is never signed. Reading a file
+//! previous checkpoint on (linking to its head), so nothing that changed
+//! what an earlier checkpoint pinned is ever signed. Reading a file
 //! skips lines that do not parse (a torn write, with a warning) and fails
 //! on a line whose signature does not verify (a forgery).
 //!
-//! Why the newest checkpoint suffices for verification: a chain is
-//! append-only, so the newest checkpoint covers the longest prefix, and
-//! any change at or before its `seq` changes the hash there.
+//! Verification checks the chain against every valid checkpoint: the
+//! newest pins its length (a chain is append-only, so it covers the
+//! longest prefix, and any change at or before its `seq` changes the hash
+//! there); the earliest one a rewrite changed names the rewrite.
 
 use std::io::{ErrorKind, Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
@@ -291,6 +293,7 @@ pub(crate) async fn verify_with_checkpoints(
     let mut warnings = Vec::new();
     let mut checkpoint_error = None;
     let mut newest = None;
+    let mut all = Vec::new();
     // An auditor's copy may come without the key directory (or without
     // the right to read it): that is a warning, and `--public-key` the fix.
     let key = cps.public_key().unwrap_or_else(|e| {
@@ -319,6 +322,7 @@ pub(crate) async fn verify_with_checkpoints(
                         file.skipped
                     ));
                 }
+                all = file.all;
                 match file.newest {
                     Some(cp) => newest = Some(cp.checkpoint),
                     None => warnings.push(format!(
@@ -329,9 +333,11 @@ pub(crate) async fn verify_with_checkpoints(
             }
         },
     }
+    // Against every valid checkpoint (the newest pins the length; the
+    // earliest one a rewrite changed names it).
     let mut v = Verifier::new().for_workspace(workspace);
-    if let Some(cp) = &newest {
-        v = v.with_checkpoint(cp.seq, cp.head);
+    for (seq, head) in all {
+        v = v.with_checkpoint(seq, head);
     }
     let r = verify_rows(store, workspace, VERIFY_PAGE, v, 0).await?;
     let mut out = match r {

@@ -371,6 +371,30 @@ fn aud_4_python_checks_signed_checkpoints_like_rust() {
         "{}",
         stdout(&out)
     );
+    // A rewrite from event 2 onwards, every later hash recomputed: named at the first
+    // checkpoint it changed (3), by both; against the newest alone it shows only at 6.
+    let mut rw: Vec<ChainedEvent> = c[..1].to_vec();
+    for e in &c[1..] {
+        let mut ev = e.event.clone();
+        if ev.seq == 2 {
+            ev.metadata["n"] = serde_json::json!(999);
+        }
+        let next = airlock_audit::append(rw.last(), ev).unwrap();
+        rw.push(next);
+    }
+    assert!(
+        airlock_audit::verify(&rw).is_ok(),
+        "the rewrite is consistent"
+    );
+    let mut v = airlock_audit::Verifier::new()
+        .with_checkpoint(3, c[2].hash)
+        .with_checkpoint(6, c[5].hash);
+    let rust = rw.iter().try_for_each(|e| v.push(e)).unwrap_err();
+    assert_eq!(rust.first_bad_seq(), 3);
+    let out = python(&key_arg(&key), Some(&with(&rw, &cps)));
+    assert!(stdout(&out).starts_with("bad seq 3: "), "{}", stdout(&out));
+    let out = python(&key_arg(&key), Some(&with(&rw, &cps[1..])));
+    assert!(stdout(&out).starts_with("bad seq 6: "), "{}", stdout(&out));
     // Without the key the checkpoints are not used (a warning), so the cut passes.
     let out = python(&[], Some(&with(&c[..4], &cps)));
     assert_eq!(out.status.code(), Some(0));
