@@ -187,7 +187,14 @@ async fn serve(
             .run_scheduler(svc.config().clock.clone(), stop_rx.clone()),
     );
     // AUD-4: signed checkpoints of the audit chains, periodically.
-    let checkpointer = tokio::spawn(svc.clone().run_checkpointer(stop_rx.clone()));
+    let checkpointer = tokio::spawn(svc.clone().run_checkpointer(stop_rx.clone(), |r| {
+        if let Err(e) = r {
+            eprintln!(
+                "{}",
+                serde_json::json!({"event": "checkpoint_failed", "error": e.message})
+            );
+        }
+    }));
     let workers = svc.loaded_workers();
     println!(
         "{}",

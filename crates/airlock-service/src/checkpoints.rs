@@ -495,13 +495,15 @@ impl Service {
     }
 
     /// Signs checkpoints of the chains whose head moved, every
-    /// `checkpoint_interval` (not at all when it is zero), until `stop`.
-    /// A failed pass (a chain that does not verify, a full disk) is logged
-    /// and retried at the next tick; nothing bad is ever signed. The last
-    /// checkpoint at shutdown is the caller's, after its work has stopped.
+    /// `checkpoint_interval` (not at all when it is zero), until `stop`,
+    /// and hands each pass's outcome to `report` (the caller shows it: a
+    /// chain that no longer verifies is refused, never signed, and must
+    /// not go unnoticed). A failed pass is retried at the next tick. The
+    /// last checkpoint at shutdown is the caller's, after its work stopped.
     pub async fn run_checkpointer(
         self: std::sync::Arc<Self>,
         mut stop: tokio::sync::watch::Receiver<bool>,
+        report: impl Fn(Result<Vec<CheckpointMade>>) + Send + 'static,
     ) {
         let every = self.cfg.checkpoint_interval;
         if every.is_zero() {
@@ -512,9 +514,7 @@ impl Service {
                 _ = tokio::time::sleep(every) => {}
                 _ = stop.changed() => if *stop.borrow() { break },
             }
-            if let Err(e) = self.checkpoint_audit(false).await {
-                tracing::warn!(error = %e.message, "audit checkpoint failed");
-            }
+            report(self.checkpoint_audit(false).await);
         }
     }
 }

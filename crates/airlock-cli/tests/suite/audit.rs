@@ -488,4 +488,41 @@ fn aud_4_airlock_up_signs_checkpoints_periodically_and_at_a_clean_shutdown() {
         .unwrap();
     assert_eq!(ws["events"].as_u64(), Some(events), "{v}");
     assert_eq!(ws["checkpoint"]["seq"].as_u64(), Some(events), "{v}");
+
+    // The tail cut under a running server: its next pass refuses to sign
+    // and says so; nothing is appended.
+    let server = Server::start(&env, &[("AIRLOCK_CHECKPOINT_INTERVAL_SECS", "1")]);
+    let file = env.data.join("keys/checkpoints/ws_default.jsonl");
+    let before = std::fs::read_to_string(&file).unwrap();
+    let script = format!(
+        "import sqlite3,sys\nc=sqlite3.connect(sys.argv[1])\nc.execute('DROP TRIGGER audit_events_no_delete')\nc.execute(\"DELETE FROM audit_events WHERE workspace_id='ws_default' AND seq > {}\")\nc.commit()\n",
+        events - 2
+    );
+    let st = Command::new("/usr/bin/python3")
+        .args(["-c", &script, env.data.join("airlock.db").to_str().unwrap()])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !server
+        .log_text()
+        .contains("\"event\":\"checkpoint_failed\"")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "no refusal: {}",
+            server.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        server.log_text().contains("refusing to sign"),
+        "{}",
+        server.log_text()
+    );
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), before);
+    let (c, v) = server.json("GET", "/v1/audit/verify", None, &[]);
+    assert_eq!(c, 200);
+    assert_eq!(v["ok"], false, "{v}");
+    assert_eq!(v["first_bad_seq"].as_u64(), Some(events - 1), "{v}");
 }
