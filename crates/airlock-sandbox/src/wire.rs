@@ -85,6 +85,17 @@ pub(crate) struct InitSpec {
     /// Report set-up stage timings (`InitEvent::Timing`).
     #[serde(default)]
     pub timings: bool,
+    /// A pooled sandbox (see [`crate::pool`]): the spec sent at spawn is
+    /// the pool's template; the launch's own spec follows on the same pipe
+    /// once the sandbox is built, with its descriptors on [`CONTROL_FD`].
+    #[serde(default)]
+    pub pooled: bool,
+    /// Pooled launches of a root broker: the roots and mount sources the
+    /// broker opened as detached trees, in the order their descriptors
+    /// follow on [`CONTROL_FD`] (target, writable). `None`: PID 1 opens
+    /// them itself.
+    #[serde(default)]
+    pub sent_roots: Option<Vec<(PathBuf, bool)>>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -119,6 +130,13 @@ pub(crate) enum InitEvent {
         exhausted: bool,
         error: Option<String>,
     },
+    /// A pooled sandbox is built and waits for its one launch.
+    PoolReady,
+    /// PID 1 has exited, and with it every process of the sandbox's PID
+    /// namespace (the kernel reaps them all before PID 1 is gone). What
+    /// follows is the tear-down of the namespaces, which no workload
+    /// process survives to see.
+    Emptied,
     /// The workload's main process ended.
     Exited {
         code: Option<i32>,
