@@ -123,6 +123,11 @@ pub struct ExecArgs {
     /// agent's think time, during which the pool refills).
     #[arg(long, value_name = "MS", default_value_t = 0, requires = "repeat")]
     pause_ms: u64,
+    /// With --repeat and --pool: before each launch after the first, wait
+    /// (up to 30 s) until the pool has a sandbox ready, so that every
+    /// launch but the first measures a pooled start.
+    #[arg(long, requires = "pool")]
+    pool_wait: bool,
     /// Pass the command's output through byte for byte even to a terminal. By default,
     /// control characters (escape sequences, lone carriage returns, bidi overrides) are shown
     /// as escapes when stdout or stderr is a terminal, so the command cannot act on it.
@@ -416,7 +421,17 @@ fn repeat(a: &ExecArgs, req: SandboxRequest, subids: SubidChoice) -> ExitCode {
     std::thread::scope(|scope| {
         for _ in 0..a.concurrency {
             scope.spawn(|| {
-                while next.fetch_add(1, Ordering::Relaxed) < a.repeat {
+                while let i = next.fetch_add(1, Ordering::Relaxed)
+                    && i < a.repeat
+                {
+                    if a.pool_wait && i > 0 {
+                        let until = std::time::Instant::now() + Duration::from_secs(30);
+                        while broker.pool_stats().is_some_and(|s| s.ready == 0)
+                            && std::time::Instant::now() < until
+                        {
+                            std::thread::sleep(Duration::from_millis(1));
+                        }
+                    }
                     let egress = match egress_plan(a) {
                         Ok(e) => e,
                         Err(m) => {

@@ -1001,41 +1001,13 @@ fn build_pooled(key: &PoolKey) -> Result<Pooled, String> {
     let root_dir =
         make_scratch(&name, (key.outer_uid, key.outer_gid)).map_err(|e| e.to_string())?;
     let (cgroup, base) = Cgroup::create(&name, key.cgroup_limits());
-    let template = InitSpec {
-        argv: Vec::new(),
-        env: Vec::new(),
-        cwd: PathBuf::from("/"),
-        exe: ExecutableIdentity::default(),
-        exec_by_fd: true,
-        level: Level::Namespaces,
-        allow_fallback: false,
-        writable: Vec::new(),
-        readonly: Vec::new(),
-        mounts: Vec::new(),
-        secret_files: Vec::new(),
-        outer_uid: key.outer_uid,
-        outer_gid: key.outer_gid,
-        switch_ids: key.switch_ids,
-        host_ids: key.host_ids.clone(),
-        root_ids: Vec::new(),
-        rlimits: Rlimits {
-            nofile: spec::DEFAULT_NOFILE,
-            nproc: key.limits.1.unwrap_or(spec::DEFAULT_PIDS),
-            fsize: spec::DEFAULT_FILE_SIZE,
-            cpu_secs: 0,
-            address_space: None,
-        },
-        tmp_bytes: key.tmp_bytes,
-        disk_budget: None,
-        scratch: Some(root_dir.clone()),
-        require_containment: false,
-        required_extra: Vec::new(),
-        base_guarantees: Vec::new(),
-        egress: false,
-        timings: false,
-        pooled: true,
-        sent_roots: None,
-    };
+    let template = InitSpec::pool_template(
+        (key.outer_uid, key.outer_gid),
+        key.switch_ids,
+        key.host_ids.clone(),
+        key.tmp_bytes,
+        root_dir.clone(),
+    );
     let fail = |mut child: Option<Child>, cgroup: Cgroup, e: String| {
         if let Some(c) = child.as_mut() {
             let _ = c.kill();
@@ -1090,6 +1062,7 @@ fn build_pooled(key: &PoolKey) -> Result<Pooled, String> {
         status,
         control,
         root_dir,
+        built_at: Instant::now(),
     })
 }
 

@@ -1851,3 +1851,37 @@ fn kill_descendants() {
         std::thread::yield_now();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// PID 1 of a pooled sandbox refuses a launch whose ids, level or
+    /// `/tmp` size differ from what it was built with (the broker's key
+    /// check is the first line; this is the second).
+    #[test]
+    fn a_pooled_sandbox_refuses_a_launch_it_was_not_built_for() {
+        let template = InitSpec::pool_template(
+            (2_000_000_000, 2_000_000_000),
+            true,
+            "range".into(),
+            64 << 20,
+            PathBuf::from("/tmp/airlock-1-1-scratch"),
+        );
+        let launch = |f: &dyn Fn(&mut InitSpec)| {
+            let mut s = template.clone();
+            s.argv = vec!["/bin/true".into()];
+            f(&mut s);
+            pool_compatible(&template, &s)
+        };
+        // Control: the launch it was built for is taken.
+        assert!(launch(&|_| {}).is_ok());
+        assert!(launch(&|s| s.outer_uid += 1).is_err());
+        assert!(launch(&|s| s.outer_gid += 1).is_err());
+        assert!(launch(&|s| s.switch_ids = false).is_err());
+        assert!(launch(&|s| s.tmp_bytes *= 2).is_err());
+        assert!(launch(&|s| s.level = Level::LandlockSeccomp).is_err());
+        assert!(launch(&|s| s.pooled = false).is_err());
+        assert!(launch(&|s| s.scratch = Some(PathBuf::from("/tmp/x"))).is_err());
+    }
+}

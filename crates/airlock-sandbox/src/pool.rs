@@ -78,11 +78,15 @@ pub(crate) struct Pooled {
     /// The host directory the sandbox's root is mounted on (in its own
     /// mount namespace; on the host it stays empty).
     pub root_dir: PathBuf,
+    pub built_at: Instant,
 }
 
 impl Pooled {
-    fn alive(&mut self) -> bool {
-        matches!(self.child.try_wait(), Ok(None))
+    /// Alive and not too old to use. A sandbox's `/etc` entries are the
+    /// files they were when it was built (a package upgrade replaces
+    /// `ld.so.cache` by rename, say), so it is used within [`MAX_AGE`].
+    fn usable(&mut self) -> bool {
+        self.built_at.elapsed() < MAX_AGE && matches!(self.child.try_wait(), Ok(None))
     }
 
     /// Ends an unused sandbox and removes what it held.
@@ -147,6 +151,8 @@ impl std::fmt::Debug for Pool {
 /// At most this many keys are stocked at once (the least recently
 /// launched is dropped first).
 const MAX_KEYS: usize = 4;
+/// A pooled sandbox older than this is replaced, not used.
+pub(crate) const MAX_AGE: Duration = Duration::from_secs(300);
 /// A key that failed to build this many times in a row is given up.
 const MAX_FAILURES: u32 = 3;
 
@@ -202,7 +208,7 @@ impl Pool {
             let mut taken = None;
             if let Some(list) = st.ready.get_mut(key) {
                 while let Some(mut p) = list.pop() {
-                    if p.alive() {
+                    if p.usable() {
                         taken = Some(p);
                         break;
                     }
@@ -313,7 +319,7 @@ fn fill(pool: Weak<Pool>) {
         for list in st.ready.values_mut() {
             let mut i = 0;
             while i < list.len() {
-                if list[i].alive() {
+                if list[i].usable() {
                     i += 1;
                 } else {
                     dead.push(list.swap_remove(i));

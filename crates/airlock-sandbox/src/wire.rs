@@ -98,6 +98,54 @@ pub(crate) struct InitSpec {
     pub sent_roots: Option<Vec<(PathBuf, bool)>>,
 }
 
+impl InitSpec {
+    /// The spec a pooled sandbox is built from: the fields of the pool's
+    /// key, nothing of any launch.
+    pub(crate) fn pool_template(
+        (outer_uid, outer_gid): (u32, u32),
+        switch_ids: bool,
+        host_ids: String,
+        tmp_bytes: u64,
+        root_dir: PathBuf,
+    ) -> Self {
+        InitSpec {
+            argv: Vec::new(),
+            env: Vec::new(),
+            cwd: PathBuf::from("/"),
+            exe: ExecutableIdentity::default(),
+            exec_by_fd: true,
+            level: Level::Namespaces,
+            allow_fallback: false,
+            writable: Vec::new(),
+            readonly: Vec::new(),
+            mounts: Vec::new(),
+            secret_files: Vec::new(),
+            outer_uid,
+            outer_gid,
+            switch_ids,
+            host_ids,
+            root_ids: Vec::new(),
+            rlimits: Rlimits {
+                nofile: 0,
+                nproc: 0,
+                fsize: 0,
+                cpu_secs: 0,
+                address_space: None,
+            },
+            tmp_bytes,
+            disk_budget: None,
+            scratch: Some(root_dir),
+            require_containment: false,
+            required_extra: Vec::new(),
+            base_guarantees: Vec::new(),
+            egress: false,
+            timings: false,
+            pooled: true,
+            sent_roots: None,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
 pub(crate) enum InitEvent {
