@@ -469,12 +469,14 @@ fn repeat(a: &ExecArgs, req: SandboxRequest, subids: SubidChoice) -> ExitCode {
         }
     });
     let elapsed = started.elapsed().as_secs_f64();
-    let mut walls = walls.into_inner().unwrap_or_else(|p| p.into_inner());
+    // In the order the launches ended; the statistics sort a copy.
+    let walls = walls.into_inner().unwrap_or_else(|p| p.into_inner());
     let failures = failures.into_inner().unwrap_or_else(|p| p.into_inner());
-    walls.sort_by(f64::total_cmp);
+    let mut sorted = walls.clone();
+    sorted.sort_by(f64::total_cmp);
     let at = |q: f64| {
-        let i = ((walls.len() as f64 - 1.0) * q).round() as usize;
-        walls.get(i).copied()
+        let i = ((sorted.len() as f64 - 1.0) * q).round() as usize;
+        sorted.get(i).copied()
     };
     let last = last.into_inner().unwrap_or_else(|p| p.into_inner());
     let stats = broker.pool_stats();
@@ -489,8 +491,8 @@ fn repeat(a: &ExecArgs, req: SandboxRequest, subids: SubidChoice) -> ExitCode {
         "cold": stats.map_or(walls.len() as u64, |s| s.empty),
         "median_ms": at(0.5),
         "p95_ms": at(0.95),
-        "min_ms": walls.first(),
-        "max_ms": walls.last(),
+        "min_ms": sorted.first(),
+        "max_ms": sorted.last(),
         "launches_per_second": walls.len() as f64 / elapsed.max(1e-9),
         "wall_ms": walls,
         "last": last.as_ref().map(|r| json!({

@@ -315,12 +315,7 @@ fn namespaces(spec: InitSpec, mut status: Status, exe: Option<OwnedFd>, go: Go) 
             drop(spec_pipe);
             drop(exe);
             quiet_stdio();
-            loop {
-                match waitpid(child, None) {
-                    Err(nix::errno::Errno::EINTR) => continue,
-                    _ => break,
-                }
-            }
+            while let Err(nix::errno::Errno::EINTR) = waitpid(child, None) {}
             // PID 1 is gone, so is every process of its namespace: the
             // broker may report the launch while this process tears the
             // namespaces down.
@@ -1054,8 +1049,8 @@ fn build_root(spec: &InitSpec, pre_opened: Option<Sources>) -> SetupResult<Built
     })
 }
 
-/// 2. The platform's part of the new root at `root`: the tmpfs, system
-/// binds, `/etc`, `/proc`, `/dev` and `/tmp`. Nothing of a launch.
+/// The platform's part of the new root at `root`: the tmpfs, system binds,
+/// `/etc`, `/proc`, `/dev` and `/tmp`. Nothing of a launch.
 fn build_system(spec: &InitSpec, root: &Path, system: SystemSources) -> SetupResult<SystemBuilt> {
     let SystemSources {
         system: sources,
@@ -1229,8 +1224,8 @@ fn build_system(spec: &InitSpec, root: &Path, system: SystemSources) -> SetupRes
     })
 }
 
-/// 3. A launch's part of the root at `root` (its roots, budgets and
-/// secrets), then the switch into it.
+/// A launch's part of the root at `root` (its roots, budgets and secrets),
+/// then the switch into it.
 fn finish_root(
     spec: &InitSpec,
     root: &Path,
