@@ -245,6 +245,9 @@ fn namespaces(spec: InitSpec, mut status: Status, exe: Option<OwnedFd>, go: Go) 
     // never 0, and the kernel's per-user counts (inotify instances,
     // message queues, pending signals) are charged to the sandbox uid,
     // not to root.
+    // The broker, while this process is alive to read it (its death
+    // kills this process until the change of ids below clears that).
+    let broker = nix::unistd::getppid();
     let pre_opened = if spec.switch_ids {
         // A pooled sandbox has no roots yet: the broker opens them for its
         // launch.
@@ -259,6 +262,11 @@ fn namespaces(spec: InitSpec, mut status: Status, exe: Option<OwnedFd>, go: Go) 
         };
         if let Err(e) = become_ids(spec.outer_uid, spec.outer_gid) {
             return status.fail("switch to the sandbox ids", e);
+        }
+        // The uid change cleared the parent-death signal: without it, a
+        // broker killed with SIGKILL would leave this sandbox running.
+        if let Err(e) = sys::die_with_parent_again(broker) {
+            return status.fail("die with the broker", e);
         }
         Some(sources)
     } else {
@@ -1560,6 +1568,7 @@ fn workload(
         // ids (never 0; see crate::subid). The uid change clears every
         // capability; the bounding set goes first.
         let (uid, gid) = (spec.outer_uid, spec.outer_gid);
+        let parent = nix::unistd::getppid();
         let caps = uid != 0
             && gid != 0
             && sys::drop_all_capabilities_then(|| {
@@ -1572,6 +1581,10 @@ fn workload(
             });
         if !caps || nix::unistd::geteuid().is_root() {
             return status.fail("fallback", "could not give up root for the sandbox ids");
+        }
+        // The change of ids cleared the parent-death signal.
+        if let Err(e) = sys::die_with_parent_again(parent) {
+            return status.fail("die with the init", e);
         }
         report.push(Guarantee::new(
             "capabilities_dropped",

@@ -468,3 +468,142 @@ echo done
     assert!(left.is_empty(), "{about:#?}");
 }
 both_users!(sbx_pool_a_pooled_sandbox_holds_and_leaves_nothing_behind);
+
+/// Whether SIGKILL is pending for process `pid` (thread or process-wide).
+fn sigkill_pending(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| {
+            l.strip_prefix("SigPnd:")
+                .or_else(|| l.strip_prefix("ShdPnd:"))
+        })
+        .filter_map(|v| u64::from_str_radix(v.trim(), 16).ok())
+        .any(|mask| mask & (1 << (9 - 1)) != 0)
+}
+
+/// Children of `parent` that are sandbox inits.
+fn sandbox_inits_of(parent: u32) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            let ppid = stat
+                .rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<u32>().ok());
+            ppid == Some(parent)
+                && std::fs::read(format!("/proc/{pid}/cmdline"))
+                    .is_ok_and(|c| String::from_utf8_lossy(&c).contains("sandbox-init"))
+        })
+        .collect()
+}
+
+/// SBX-4: a broker killed with SIGKILL takes its sandboxes with it — a
+/// cold one, one at the fallback level, a pooled one running a workload
+/// and one waiting in the pool — also as root, whose inits change ids
+/// (which clears the parent-death signal: they set it again). Control:
+/// every workload and the waiting sandbox were running before the kill.
+/// (A broker started later would also remove a dead broker's cgroups; run
+/// alone, this test fails without the re-armed signal.)
+fn sbx_4_a_broker_killed_with_sigkill_takes_its_sandboxes_with_it(who: Who) {
+    let w = workdir(who);
+    let wp = path_str(w.path());
+    let marker = |n: u32| format!("{}.{}{n}", 9000 + uid_of(who) % 1000, std::process::id());
+    let cases: Vec<(String, Vec<String>, bool)> = vec![
+        (
+            marker(1),
+            vec![
+                "sandbox".into(),
+                "exec".into(),
+                "--".into(),
+                "sleep".into(),
+                marker(1),
+            ],
+            false,
+        ),
+        (
+            marker(2),
+            vec![
+                "sandbox".into(),
+                "exec".into(),
+                "--driver".into(),
+                "landlock".into(),
+                "--".into(),
+                "sleep".into(),
+                marker(2),
+            ],
+            false,
+        ),
+        (
+            marker(3),
+            vec![
+                "sandbox".into(),
+                "exec".into(),
+                "--repeat".into(),
+                "2".into(),
+                "--pool".into(),
+                "2".into(),
+                "--pool-wait".into(),
+                "--writable".into(),
+                wp.into(),
+                "--".into(),
+                "/bin/sh".into(),
+                "-c".into(),
+                format!(
+                    "test -e {wp}/first || {{ touch {wp}/first; exit 0; }}; exec sleep {}",
+                    marker(3)
+                ),
+            ],
+            true,
+        ),
+    ];
+    for (mark, args, pooled) in cases {
+        let mut child = airlock(who)
+            .args(&args)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        // With setpriv, the broker is setpriv's exec: the same process.
+        let broker = child.id();
+        // The workload's command line is exactly `sleep MARK`.
+        let sleeper = format!("sleep\0{mark}\0");
+        let sleepers = || {
+            host_processes_with(&sleeper)
+                .into_iter()
+                .filter(|p| {
+                    std::fs::read(format!("/proc/{p}/cmdline"))
+                        .is_ok_and(|c| c.starts_with(sleeper.as_bytes()))
+                })
+                .count()
+        };
+        eventually("the workload to run", || sleepers() == 1);
+        let mut waiting = sandbox_inits_of(broker);
+        if pooled {
+            eventually("a sandbox waiting in the pool", || {
+                // The running launch's init and at least one waiting.
+                waiting = sandbox_inits_of(broker);
+                waiting.len() >= 2
+            });
+        }
+        assert!(!waiting.is_empty(), "no sandbox init under the broker");
+        child.kill().unwrap();
+        child.wait().unwrap();
+        // The parent-death signal is sent while the broker exits, before
+        // it can be reaped: by now every init is dead or has SIGKILL
+        // pending. (Without the signal it would still be running, and only
+        // a later broker's sweep of dead brokers' cgroups would end it.)
+        for init in &waiting {
+            assert!(
+                !running(*init) || sigkill_pending(*init),
+                "sandbox init {init} outlived its broker ({mark})"
+            );
+        }
+        eventually("the sandbox to die with its broker", || {
+            host_processes_with(&sleeper).is_empty() && waiting.iter().all(|p| !running(*p))
+        });
+    }
+}
+both_users!(sbx_4_a_broker_killed_with_sigkill_takes_its_sandboxes_with_it);
