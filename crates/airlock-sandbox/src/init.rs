@@ -675,26 +675,30 @@ fn start_workload(
                 }
             });
             status.mark(spec.timings, "workload_exited");
-            if !budgets.is_empty() {
-                // Nothing of the workload may run while its writes are
-                // read back: everything else in this namespace dies first.
-                let _ = kill(Pid::from_raw(-1), Signal::SIGKILL);
-                loop {
-                    match waitpid(Pid::from_raw(-1), Some(WaitPidFlag::__WALL)) {
-                        Err(nix::errno::Errno::ECHILD) => break,
-                        Err(nix::errno::Errno::EINTR) | Ok(_) => {}
-                        Err(_) => break,
-                    }
+            // Everything else in this namespace dies now (SBX-4), before
+            // anything is reported: nothing of the workload may run while
+            // its writes are read back. Once `waitpid` finds no child,
+            // this process is the namespace's last (PID 1 reaps every
+            // orphan of its namespace, and nobody outside joins it).
+            let _ = kill(Pid::from_raw(-1), Signal::SIGKILL);
+            let emptied = loop {
+                match waitpid(Pid::from_raw(-1), Some(WaitPidFlag::__WALL)) {
+                    Err(nix::errno::Errno::ECHILD) => break true,
+                    Err(nix::errno::Errno::EINTR) | Ok(_) => {}
+                    Err(_) => break false,
                 }
-                for b in &budgets {
-                    status.send(&InitEvent::Budget {
-                        root: b.path.clone(),
-                        exhausted: crate::budget::exhausted(b),
-                        error: crate::budget::commit(b).err(),
-                    });
-                }
+            };
+            for b in &budgets {
+                status.send(&InitEvent::Budget {
+                    root: b.path.clone(),
+                    exhausted: crate::budget::exhausted(b),
+                    error: crate::budget::commit(b).err(),
+                });
             }
             status.send(&exit);
+            if emptied {
+                status.send(&InitEvent::Emptied);
+            }
             0
         }
     }

@@ -607,3 +607,42 @@ fn sbx_4_a_broker_killed_with_sigkill_takes_its_sandboxes_with_it(who: Who) {
     }
 }
 both_users!(sbx_4_a_broker_killed_with_sigkill_takes_its_sandboxes_with_it);
+
+/// Egress from a pooled sandbox: its listener (created in a namespace built
+/// before the launch) is handed to the launch's own proxy, which applies
+/// the launch's policy: the allowed upstream answers through it, twice in
+/// a row from pooled sandboxes. Control: the same pooled launches without
+/// `--allow` are refused by the proxy.
+fn sbx_pool_a_pooled_sandbox_reaches_only_what_its_launch_allows(who: Who) {
+    let up = crate::suite::upstream::start();
+    let allow = format!("http://127.0.0.1:{}", up.port);
+    let url = format!("http://127.0.0.1:{}/hello", up.port);
+    let fetch = crate::suite::egress::FETCH;
+    let opts = ["--repeat", "3", "--pool", "1", "--pool-wait"];
+    let allowed = repeat(
+        who,
+        &[&opts[..], &["--allow", &allow]].concat(),
+        &["/usr/bin/python3", "-c", fetch, &url],
+    );
+    assert_eq!(allowed["failed"], 0, "{allowed}");
+    assert_eq!(allowed["pooled"], 2, "{allowed}");
+    assert_eq!(
+        allowed["last"]["stdout"].as_str().unwrap().trim(),
+        "200 - hello from upstream",
+        "{allowed}"
+    );
+    let refused = repeat(
+        who,
+        &[&opts[..], &["--egress-policy", "/dev/null"]].concat(),
+        &["/usr/bin/python3", "-c", fetch, &url],
+    );
+    assert_eq!(refused["pooled"], 2, "{refused}");
+    assert!(
+        refused["last"]["stdout"]
+            .as_str()
+            .unwrap()
+            .starts_with("403 ip_literal_not_allowed"),
+        "{refused}"
+    );
+}
+both_users!(sbx_pool_a_pooled_sandbox_reaches_only_what_its_launch_allows);
