@@ -22,6 +22,11 @@ pub struct ProxyArgs {
     /// Address to listen on (loopback only: the proxy adds credentials).
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:3128")]
     listen: String,
+    /// Where each decision and closed connection goes, one JSON line each:
+    /// `-` (stdout), a file (appended), or `none` (to measure what the
+    /// log costs; the decisions are made the same way).
+    #[arg(long, value_name = "-|FILE|none", default_value = "-")]
+    log: String,
 }
 
 #[derive(Debug, Subcommand)]
@@ -53,7 +58,7 @@ pub fn run(args: ProxyArgs) -> ExitCode {
             no_resolve,
             urls,
         }) => check(&policy, no_resolve, &urls),
-        None => serve(args.policy, &args.listen),
+        None => serve(args.policy, &args.listen, &args.log),
     }
 }
 
@@ -81,7 +86,7 @@ fn check(policy: &std::path::Path, no_resolve: bool, urls: &[String]) -> ExitCod
     ExitCode::SUCCESS
 }
 
-fn serve(policy: Option<PathBuf>, listen: &str) -> ExitCode {
+fn serve(policy: Option<PathBuf>, listen: &str, log: &str) -> ExitCode {
     let addr: std::net::SocketAddr = match listen.parse() {
         Ok(a) => a,
         Err(_) => {
@@ -105,7 +110,21 @@ fn serve(policy: Option<PathBuf>, listen: &str) -> ExitCode {
     if let Err(e) = &loaded {
         eprintln!("airlock: warning: no_policy: {e}; every request will be denied");
     }
-    let log: Arc<dyn LogSink> = Arc::new(WriterLog::new(Box::new(std::io::stdout())));
+    let log: Arc<dyn LogSink> = match log {
+        "-" => Arc::new(WriterLog::new(Box::new(std::io::stdout()))),
+        "none" => Arc::new(airlock_egress::proxy::NullLog),
+        path => match std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+        {
+            Ok(f) => Arc::new(WriterLog::new(Box::new(f))),
+            Err(e) => {
+                eprintln!("airlock: cannot open the log {path}: {e}");
+                return ExitCode::from(125);
+            }
+        },
+    };
     let egress = match Egress::new(loaded, resolver(), log) {
         Ok(e) => e,
         Err(e) => {

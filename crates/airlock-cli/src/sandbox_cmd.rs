@@ -106,6 +106,28 @@ pub struct ExecArgs {
     /// Print exactly one JSON object on stdout instead of passing output through.
     #[arg(long)]
     json: bool,
+    /// Launch the command N times from this one process (as `airlock up`
+    /// and agents do) and print one JSON summary: per-launch wall times,
+    /// median, p95, launches per second, and the last launch's result.
+    /// For measuring; the command's output is not passed through.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    repeat: usize,
+    /// With --repeat: launches in flight at once.
+    #[arg(long, value_name = "N", default_value_t = 1, requires = "repeat")]
+    concurrency: usize,
+    /// With --repeat: pre-built sandboxes kept ready (see `airlock up
+    /// --sandbox-pool`); 0 launches every sandbox cold.
+    #[arg(long, value_name = "N", default_value_t = 0, requires = "repeat")]
+    pool: usize,
+    /// With --repeat: milliseconds each launcher waits after a launch (an
+    /// agent's think time, during which the pool refills).
+    #[arg(long, value_name = "MS", default_value_t = 0, requires = "repeat")]
+    pause_ms: u64,
+    /// With --repeat and --pool: before each launch after the first, wait
+    /// (up to 30 s) until the pool has a sandbox ready, so that every
+    /// launch but the first measures a pooled start.
+    #[arg(long, requires = "pool")]
+    pool_wait: bool,
     /// Pass the command's output through byte for byte even to a terminal. By default,
     /// control characters (escape sequences, lone carriage returns, bidi overrides) are shown
     /// as escapes when stdout or stderr is a terminal, so the command cannot act on it.
@@ -252,6 +274,9 @@ fn exec(a: ExecArgs) -> ExitCode {
         Ok(e) => e,
         Err(msg) => return fail(a.json, "invalid_argument", &msg),
     };
+    if a.repeat > 1 {
+        return repeat(&a, req, subids);
+    }
     let launch = Launch {
         sandbox: req,
         platform_env: Vec::new(),
@@ -363,6 +388,130 @@ fn exec(a: ExecArgs) -> ExitCode {
 /// The egress plan for `--allow`, `--channel` and `--egress-policy`;
 /// `None` when the sandbox gets no network at all. Its log is set later
 /// ([`egress_log`]).
+/// `--repeat`: N launches of the same request from one launcher, C at a
+/// time, and one JSON summary.
+fn repeat(a: &ExecArgs, req: SandboxRequest, subids: SubidChoice) -> ExitCode {
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    if a.egress_log.is_some() {
+        return fail(
+            true,
+            "invalid_argument",
+            "--repeat does not take --egress-log",
+        );
+    }
+    if a.repeat > 100_000 || a.concurrency == 0 || a.concurrency > 256 || a.pool > 16 {
+        return fail(
+            true,
+            "invalid_argument",
+            "--repeat at most 100000, --concurrency 1 to 256, --pool at most 16",
+        );
+    }
+    let broker = Broker::new().with_subids(subids);
+    let broker = match broker.clone().with_pool(a.pool) {
+        Ok(b) => b,
+        Err(e) => return fail(true, "sandbox_setup_failed", &e.to_string()),
+    };
+    let launcher = SandboxLauncher::with_broker(broker.clone());
+    let next = AtomicUsize::new(0);
+    let walls = Mutex::new(Vec::with_capacity(a.repeat));
+    let failures = Mutex::new(Vec::new());
+    let last = Mutex::new(None);
+    let started = std::time::Instant::now();
+    std::thread::scope(|scope| {
+        for _ in 0..a.concurrency {
+            scope.spawn(|| {
+                while let i = next.fetch_add(1, Ordering::Relaxed)
+                    && i < a.repeat
+                {
+                    if a.pool_wait && i > 0 {
+                        let until = std::time::Instant::now() + Duration::from_secs(30);
+                        while broker.pool_stats().is_some_and(|s| s.ready == 0)
+                            && std::time::Instant::now() < until
+                        {
+                            std::thread::sleep(Duration::from_millis(1));
+                        }
+                    }
+                    let egress = match egress_plan(a) {
+                        Ok(e) => e,
+                        Err(m) => {
+                            failures.lock().unwrap_or_else(|p| p.into_inner()).push(m);
+                            continue;
+                        }
+                    };
+                    let launch = Launch {
+                        sandbox: req.clone(),
+                        platform_env: Vec::new(),
+                        egress,
+                        label: format!("sbx-{}", std::process::id()),
+                        run: None,
+                    };
+                    let t = std::time::Instant::now();
+                    let outcome = launch
+                        .prepare()
+                        .and_then(|p| launcher.launch_prepared(p, Controls::default()));
+                    let ms = t.elapsed().as_secs_f64() * 1e3;
+                    match outcome {
+                        Ok(l) => {
+                            walls.lock().unwrap_or_else(|p| p.into_inner()).push(ms);
+                            *last.lock().unwrap_or_else(|p| p.into_inner()) = Some(l.result);
+                        }
+                        Err(e) => failures
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .push(e.to_string()),
+                    }
+                    if a.pause_ms > 0 {
+                        std::thread::sleep(Duration::from_millis(a.pause_ms));
+                    }
+                }
+            });
+        }
+    });
+    let elapsed = started.elapsed().as_secs_f64();
+    // In the order the launches ended; the statistics sort a copy.
+    let walls = walls.into_inner().unwrap_or_else(|p| p.into_inner());
+    let failures = failures.into_inner().unwrap_or_else(|p| p.into_inner());
+    let mut sorted = walls.clone();
+    sorted.sort_by(f64::total_cmp);
+    let at = |q: f64| {
+        let i = ((sorted.len() as f64 - 1.0) * q).round() as usize;
+        sorted.get(i).copied()
+    };
+    let last = last.into_inner().unwrap_or_else(|p| p.into_inner());
+    let stats = broker.pool_stats();
+    let obj = json!({
+        "launches": walls.len(),
+        "failed": failures.len(),
+        "failures": failures.iter().take(5).collect::<Vec<_>>(),
+        "concurrency": a.concurrency,
+        "pool": a.pool,
+        "pause_ms": a.pause_ms,
+        "pooled": stats.map_or(0, |s| s.pooled),
+        "cold": stats.map_or(walls.len() as u64, |s| s.empty),
+        "median_ms": at(0.5),
+        "p95_ms": at(0.95),
+        "min_ms": sorted.first(),
+        "max_ms": sorted.last(),
+        "launches_per_second": walls.len() as f64 / elapsed.max(1e-9),
+        "wall_ms": walls,
+        "last": last.as_ref().map(|r| json!({
+            "exit_code": r.exit_code,
+            "signal": r.signal,
+            "stdout": r.stdout.text(),
+            "stderr": r.stderr.text(),
+            "containment": r.containment,
+            "timings": r.timings,
+        })),
+    });
+    println!("{obj}");
+    if failures.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(EXIT_SANDBOX_FAILED as u8)
+    }
+}
+
 fn egress_plan(a: &ExecArgs) -> Result<Option<EgressPlan>, String> {
     use airlock_egress::policy::EnvAndFiles;
     use airlock_egress::proxy::NullLog;

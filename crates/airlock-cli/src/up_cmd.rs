@@ -28,6 +28,11 @@ pub struct UpArgs {
     /// Hours a session lives at most.
     #[arg(long, env = "AIRLOCK_SESSION_MAX_HOURS", default_value_t = 168)]
     session_max_hours: u64,
+    /// Pre-built sandboxes kept ready for each kind of launch made lately
+    /// (at most 4 kinds; 0 turns the pool off). Each is two idle processes
+    /// and an empty cgroup; a launch that finds none starts cold.
+    #[arg(long, env = "AIRLOCK_SANDBOX_POOL", default_value_t = 2)]
+    sandbox_pool: usize,
     /// Serve Prometheus `/metrics` without authentication on this separate
     /// address (keep it private); on the main listener `/metrics` needs an
     /// administrator.
@@ -95,6 +100,7 @@ pub fn up(paths: &Paths, a: &UpArgs) -> ExitCode {
     let mut paths = paths.clone();
     paths.remote = false;
     let mut cfg = paths.config();
+    cfg.sandbox_pool = a.sandbox_pool.min(16);
     cfg.identity.idle_timeout = Duration::from_secs(a.session_idle_minutes.clamp(1, 525_600) * 60);
     cfg.identity.absolute_timeout = absolute;
     cfg.quotas.runs_per_user_per_day = a.quota_runs_per_user_day;

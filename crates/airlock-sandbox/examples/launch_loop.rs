@@ -21,10 +21,30 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         timings: true,
         ..Default::default()
     })?;
-    let broker = Broker::with_init_exe(init);
-    let (mut resolved, mut total) = (Vec::new(), Vec::new());
-    for _ in 0..rounds {
+    // POOL=N keeps N pre-built sandboxes ready (airlock_sandbox::pool).
+    let pool: usize = std::env::var("POOL")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let broker = Broker::with_init_exe(init).with_pool(pool)?;
+    let (mut resolved, mut total, mut wall) = (Vec::new(), Vec::new(), Vec::new());
+    for i in 0..rounds {
+        if pool > 0 && i > 0 {
+            // Let the filler replace the sandbox just used, as it would
+            // between an agent's tool calls.
+            std::thread::sleep(std::time::Duration::from_millis(30));
+        }
+        let t = std::time::Instant::now();
         let r = broker.run(&spec)?;
+        wall.push(t.elapsed().as_secs_f64() * 1e3);
+        if i + 1 == rounds {
+            let stages: Vec<String> = r
+                .timings
+                .iter()
+                .map(|(s, t)| format!("{s} {t:.2}"))
+                .collect();
+            println!("last launch: {}", stages.join(" | "));
+        }
         let at = |stage: &str| r.timings.iter().find(|(s, _)| s == stage).map(|(_, t)| *t);
         resolved.push(at("resolved").unwrap_or(f64::NAN));
         total.push(at("cleaned_up").unwrap_or(f64::NAN));
@@ -37,12 +57,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "first launch: resolved {:.2} ms, done {:.2} ms",
         resolved[0], total[0]
     );
-    let (mut r, mut t) = (resolved.split_off(1), total.split_off(1));
+    let (mut r, mut t, mut w) = (resolved.split_off(1), total.split_off(1), wall.split_off(1));
     println!(
-        "next {} launches (median): resolved {:.2} ms, done {:.2} ms",
+        "next {} launches (median): resolved {:.2} ms, done {:.2} ms, wall {:.2} ms",
         rounds - 1,
         median(&mut r),
-        median(&mut t)
+        median(&mut t),
+        median(&mut w)
     );
+    if let Some(s) = broker.pool_stats() {
+        println!("pool: {s:?}");
+    }
     Ok(())
 }

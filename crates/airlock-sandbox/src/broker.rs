@@ -11,8 +11,9 @@ use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::process::ExitStatusExt;
-use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::thread;
@@ -26,6 +27,7 @@ use crate::cgroup::{Cgroup, CgroupLimits};
 use crate::env;
 use crate::exe::{ExeError, ExecutableIdentity, ResolvedExecutable};
 use crate::output::Captured;
+use crate::pool::{Pool, PoolKey, PoolStats, Pooled};
 use crate::report::{ContainmentReport, Guarantee, Level};
 use crate::spec::{self, DriverChoice, SandboxSpec};
 use crate::subid::{SubidChoice, SubidError};
@@ -202,6 +204,8 @@ pub struct Broker {
     init_exe: PathBuf,
     /// Where a root broker takes its workloads' host uid and gid from.
     subids: SubidChoice,
+    /// Pre-built sandboxes (see [`crate::pool`]), when enabled.
+    pool: Option<Arc<Pool>>,
 }
 
 impl Default for Broker {
@@ -210,7 +214,7 @@ impl Default for Broker {
     }
 }
 
-static LAUNCHES: AtomicU64 = AtomicU64::new(0);
+pub(crate) static LAUNCHES: AtomicU64 = AtomicU64::new(0);
 
 impl Broker {
     /// A broker that re-executes the running binary as the sandbox init.
@@ -219,6 +223,7 @@ impl Broker {
         Self {
             init_exe: PathBuf::from("/proc/self/exe"),
             subids: SubidChoice::Default,
+            pool: None,
         }
     }
 
@@ -228,7 +233,35 @@ impl Broker {
         Self {
             init_exe: path,
             subids: SubidChoice::Default,
+            pool: None,
         }
+    }
+
+    /// Keeps `per_key` pre-built sandboxes ready for each kind of launch
+    /// this broker made recently (see [`crate::pool`]); 0 turns the pool
+    /// off. Launches at the `namespaces` level take one when one is ready
+    /// and launch cold otherwise. The pool's thread and its sandboxes end
+    /// when the last clone of this broker is dropped.
+    pub fn with_pool(mut self, per_key: usize) -> std::io::Result<Self> {
+        self.pool = match per_key {
+            0 => None,
+            n => Some(Pool::start(n, Box::new(build_pooled))?),
+        };
+        Ok(self)
+    }
+
+    /// The pool's counters, when the pool is on.
+    pub fn pool_stats(&self) -> Option<PoolStats> {
+        self.pool.as_ref().map(|p| p.stats())
+    }
+
+    /// Process ids of the ready pooled sandboxes' inits (tests,
+    /// diagnostics).
+    pub fn pool_ready_pids(&self) -> Vec<u32> {
+        self.pool
+            .as_ref()
+            .map(|p| p.ready_pids())
+            .unwrap_or_default()
     }
 
     /// Where a root broker takes its workloads' host ids from (see
@@ -414,17 +447,53 @@ impl Broker {
             DriverChoice::Landlock => Level::LandlockSeccomp,
             _ => Level::Namespaces,
         };
-        let n = LAUNCHES.fetch_add(1, Ordering::Relaxed);
-        let name = format!("airlock-{}-{n}", std::process::id());
         let pids = spec.limits.pids.unwrap_or(spec::DEFAULT_PIDS);
-        let (cgroup, mut base) = Cgroup::create(
-            &name,
-            CgroupLimits {
-                memory_bytes: spec.limits.memory_bytes,
-                pids: Some(pids),
-                cpu_millicores: spec.limits.cpu_millicores,
-            },
-        );
+        let limits = CgroupLimits {
+            memory_bytes: spec.limits.memory_bytes,
+            pids: Some(pids),
+            cpu_millicores: spec.limits.cpu_millicores,
+        };
+        let tmp_bytes = spec.limits.tmp_bytes.unwrap_or(spec::DEFAULT_TMP_BYTES);
+        // A pre-built sandbox when the pool has one for exactly this key.
+        let pooled = match &self.pool {
+            Some(pool) if level == Level::Namespaces => {
+                let key = PoolKey {
+                    init_exe: self.init_exe.clone(),
+                    outer_uid,
+                    outer_gid,
+                    switch_ids: root,
+                    host_ids: host_ids.clone(),
+                    limits: (limits.memory_bytes, limits.pids, limits.cpu_millicores),
+                    tmp_bytes,
+                };
+                let taken = pool.take(&key);
+                mark(if taken.is_some() {
+                    "pool_taken"
+                } else {
+                    "pool_empty"
+                });
+                // A root that holds the pooled root's mount point (`/tmp`,
+                // say) would show the sandbox its own root, writable: such
+                // a launch goes cold.
+                match taken {
+                    Some(p) if overlaps_pool_dir(spec, &p.root_dir) => {
+                        p.discard();
+                        None
+                    }
+                    other => other,
+                }
+            }
+            _ => None,
+        };
+        let (cgroup, mut base) = match &pooled {
+            Some(p) => (None, p.base.clone()),
+            None => {
+                let n = LAUNCHES.fetch_add(1, Ordering::Relaxed);
+                let name = format!("airlock-{}-{n}", std::process::id());
+                let (cg, base) = Cgroup::create(&name, limits);
+                (Some((cg, name)), base)
+            }
+        };
         mark("cgroup_created");
         let memory_in_cgroup = base.iter().any(|g| g.name == "memory_limit" && g.in_force);
         // Without a cgroup memory controller, RLIMIT_AS is the fallback cap.
@@ -447,10 +516,15 @@ impl Broker {
         }
 
         // The fallback level shares the host's /tmp: give it a private one.
-        let scratch = if level == Level::LandlockSeccomp || spec.driver == DriverChoice::Auto {
-            Some(make_scratch(&name, (outer_uid, outer_gid))?)
-        } else {
-            None
+        // A pooled sandbox's field names the directory its root is on.
+        let scratch = match (&pooled, &cgroup) {
+            (Some(p), _) => Some(p.root_dir.clone()),
+            (None, Some((_, name)))
+                if level == Level::LandlockSeccomp || spec.driver == DriverChoice::Auto =>
+            {
+                Some(make_scratch(name, (outer_uid, outer_gid))?)
+            }
+            _ => None,
         };
         let mut env = env;
         if level == Level::LandlockSeccomp
@@ -462,14 +536,14 @@ impl Broker {
         }
 
         let timeout_secs = spec.timeout.as_secs() + spec.grace.as_secs() + 2;
-        let init = InitSpec {
+        let mut init = InitSpec {
             argv: spec.argv.clone(),
             env: env.into_iter().collect(),
             cwd: spec.cwd.clone(),
             exe: exe.identity().clone(),
             exec_by_fd: true,
             level,
-            allow_fallback: spec.driver == DriverChoice::Auto,
+            allow_fallback: spec.driver == DriverChoice::Auto && pooled.is_none(),
             writable: spec.writable.clone(),
             readonly: spec.readonly.clone(),
             mounts: spec.mounts.clone(),
@@ -489,7 +563,7 @@ impl Broker {
                 cpu_secs: timeout_secs,
                 address_space,
             },
-            tmp_bytes: spec.limits.tmp_bytes.unwrap_or(spec::DEFAULT_TMP_BYTES),
+            tmp_bytes,
             disk_budget: spec.limits.disk_bytes,
             scratch: scratch.clone(),
             require_containment: spec.require_containment,
@@ -497,55 +571,147 @@ impl Broker {
             base_guarantees: base,
             egress: spec.egress,
             timings: spec.timings,
+            pooled: pooled.is_some(),
+            sent_roots: None,
         };
-        let payload = serde_json::to_vec(&init).map_err(std::io::Error::other)?;
 
-        let (spec_r, spec_w) = high_pipe()?;
-        let (status_r, status_w) = high_pipe()?;
-        let exe_fd = exe.file().try_clone()?;
-        let exe_fd = OwnedFd::from(exe_fd);
+        let exe_fd = OwnedFd::from(exe.file().try_clone()?);
         let exe_fd = high_fd(exe_fd)?;
-
-        let mut cmd = Command::new(&self.init_exe);
-        cmd.arg(crate::INIT_ARG)
-            .env_clear()
-            .current_dir("/")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        let (control_ours, control_theirs) = std::os::unix::net::UnixStream::pair()?;
-        let control_theirs = high_fd(OwnedFd::from(control_theirs))?;
-        let control_src = if spec.egress {
-            control_theirs.as_raw_fd()
-        } else {
-            -1
-        };
-        let fds = [
-            (spec_r.as_raw_fd(), SPEC_FD),
-            (status_w.as_raw_fd(), STATUS_FD),
-            (exe_fd.as_raw_fd(), EXE_FD),
-            (control_src, CONTROL_FD),
-        ];
-        sys::set_pre_exec(&mut cmd, move || {
-            // Descriptors the broker itself inherited stay out of the sandbox.
-            sys::cloexec_inherited()?;
-            for (src, dst) in fds {
-                if src >= 0 {
-                    sys::dup_onto(src, dst)?;
+        // Cold: spawn the init now. Pooled: hand the launch to the waiting
+        // sandbox. Either way: the init's process, the status pipe, the
+        // control socket (egress listener), the workload's stdout and
+        // stderr, and the cgroup.
+        let (mut child, status_r, control_ours, out, err, cgroup, pooled_dir) = match pooled {
+            None => {
+                let payload = serde_json::to_vec(&init).map_err(std::io::Error::other)?;
+                let (cgroup, _) = cgroup.unwrap_or_default();
+                let (spec_r, spec_w) = high_pipe()?;
+                let (status_r, status_w) = high_pipe()?;
+                let (control_ours, control_theirs) = std::os::unix::net::UnixStream::pair()?;
+                let control_theirs = high_fd(OwnedFd::from(control_theirs))?;
+                // SBX-2: the identity is checked immediately before the
+                // spawn (and again inside, just before exec).
+                exe.verify()?;
+                let mut child = spawn_init(
+                    &self.init_exe,
+                    &spec_r,
+                    &status_w,
+                    Some(&exe_fd),
+                    spec.egress.then_some(&control_theirs),
+                    true,
+                )?;
+                mark("init_spawned");
+                drop((spec_r, status_w, exe_fd, control_theirs));
+                // The spec goes first so the init can build its namespaces
+                // while the (sometimes slow: an RCU grace period) cgroup
+                // migration runs; the init forks nothing until it reads
+                // the "go" byte.
+                let mut spec_pipe = std::fs::File::from(spec_w);
+                let mut line = payload;
+                line.push(b'\n');
+                // A failed write means the init died; its status tells why.
+                let _ = spec_pipe.write_all(&line);
+                mark("spec_sent");
+                if !cgroup.is_empty() && cgroup.add(child.id()).is_err() {
+                    // The limits we reported as applied would not hold:
+                    // stop now.
+                    drop(spec_pipe);
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    cgroup.destroy();
+                    return Err(LaunchError::Setup {
+                        stage: "cgroup attach".into(),
+                        error: "could not move the sandbox into its cgroup".into(),
+                    });
                 }
+                if let Some(f) = before_start {
+                    f();
+                }
+                let _ = spec_pipe.write_all(b"G");
+                drop(spec_pipe);
+                mark("cgroup_attached");
+                let out = child
+                    .stdout
+                    .take()
+                    .map(|o| std::fs::File::from(OwnedFd::from(o)));
+                let err = child
+                    .stderr
+                    .take()
+                    .map(|e| std::fs::File::from(OwnedFd::from(e)));
+                let status = BufReader::new(std::fs::File::from(status_r));
+                (child, status, control_ours, out, err, cgroup, None)
             }
-            sys::die_with_parent()
-        });
-
-        // SBX-2: the identity is checked immediately before the spawn (and
-        // again inside, just before exec).
-        exe.verify()?;
-        let mut child = cmd.spawn()?;
-        mark("init_spawned");
-        drop(spec_r);
-        drop(status_w);
-        drop(exe_fd);
-        drop(control_theirs);
+            Some(mut p) => {
+                let sent = if root {
+                    // The sandbox is no longer root: the broker opens the
+                    // launch's roots, as detached trees, with root's access.
+                    let opened = crate::init::open_roots(&init, crate::init::Opener::Detached)
+                        .map_err(|(stage, error)| LaunchError::Setup {
+                            stage: stage.into(),
+                            error,
+                        });
+                    match opened {
+                        Ok(o) => Some(o),
+                        Err(e) => {
+                            p.discard();
+                            return Err(e);
+                        }
+                    }
+                } else {
+                    None
+                };
+                init.sent_roots = sent
+                    .as_ref()
+                    .map(|v| v.iter().map(|s| (s.target.clone(), s.writable)).collect());
+                let (out_r, out_w) = high_pipe()?;
+                let (err_r, err_w) = high_pipe()?;
+                if let Err(e) = exe.verify() {
+                    p.discard();
+                    return Err(e.into());
+                }
+                if let Some(f) = before_start {
+                    f();
+                }
+                let handed = crate::pool::send_spec(&mut p.spec, &init).and_then(|()| {
+                    let roots = sent.iter().flatten().map(|s| &s.fd);
+                    crate::pool::send_fds(
+                        &p.control,
+                        [&exe_fd, &out_w, &err_w].into_iter().chain(roots),
+                    )
+                });
+                drop((exe_fd, out_w, err_w, sent));
+                mark("spec_sent");
+                if let Err(e) = handed {
+                    // The init died since the pool checked it; nothing of
+                    // the workload ran.
+                    p.discard();
+                    return Err(LaunchError::Setup {
+                        stage: "pool".into(),
+                        error: format!("the pooled sandbox did not take the launch: {e}"),
+                    });
+                }
+                let Pooled {
+                    child,
+                    cgroup,
+                    status,
+                    control,
+                    root_dir,
+                    spec: spec_pipe,
+                    ..
+                } = p;
+                drop(spec_pipe);
+                (
+                    child,
+                    status,
+                    control,
+                    Some(std::fs::File::from(out_r)),
+                    Some(std::fs::File::from(err_r)),
+                    cgroup,
+                    Some(root_dir),
+                )
+            }
+        };
+        let is_pooled = pooled_dir.is_some();
         let child_pid = child.id();
         let pidfd = sys::pidfd_open(child_pid);
         let signal = |sig: Signal| match &pidfd {
@@ -557,35 +723,9 @@ impl Broker {
                 );
             }
         };
-        // The spec goes first so the init can build its namespaces while the
-        // (sometimes slow: an RCU grace period) cgroup migration runs; the
-        // init forks nothing until it reads the "go" byte.
-        let mut spec_pipe = std::fs::File::from(spec_w);
-        let mut line = payload;
-        line.push(b'\n');
-        // A failed write means the init died; its status tells why.
-        let _ = spec_pipe.write_all(&line);
-        mark("spec_sent");
-        if !cgroup.is_empty() && cgroup.add(child_pid).is_err() {
-            // The limits we reported as applied would not hold: stop now.
-            drop(spec_pipe);
-            let _ = child.kill();
-            let _ = child.wait();
-            cgroup.destroy();
-            return Err(LaunchError::Setup {
-                stage: "cgroup attach".into(),
-                error: "could not move the sandbox into its cgroup".into(),
-            });
-        }
-        if let Some(f) = before_start {
-            f();
-        }
-        let _ = spec_pipe.write_all(b"G");
-        drop(spec_pipe);
-        mark("cgroup_attached");
         if spec.egress {
             // The init sends the listener before it starts the workload, or
-            // closes the socket when set-up fails (its status says why).
+            // closes the socket when set-up fails (its status tells why).
             let wait = deadline
                 .saturating_duration_since(Instant::now())
                 .max(Duration::from_millis(1));
@@ -599,22 +739,29 @@ impl Broker {
         drop(control_ours);
 
         let budget = spec.output_budget;
-        let out = child.stdout.take();
-        let err = child.stderr.take();
         let (out_rx, err_rx) = spawn_drains(out, err, budget, hooks.live_output.clone());
+        let (wait_tx, wait_rx) = mpsc::channel();
         let (ev_tx, ev_rx) = mpsc::channel();
+        // A pooled launch is over when PID 1 is gone (every process of the
+        // sandbox with it): the init's own exit, after the namespaces are
+        // torn down, is waited for in the background.
+        let emptied = is_pooled.then(|| wait_tx.clone());
         thread::spawn(move || {
-            let reader = BufReader::new(std::fs::File::from(status_r));
-            for line in reader.lines().map_while(Result::ok).take(64) {
-                if let Ok(ev) = serde_json::from_str::<InitEvent>(&line) {
-                    let _ = ev_tx.send(ev);
+            for line in status_r.lines().map_while(Result::ok).take(64) {
+                let Ok(ev) = serde_json::from_str::<InitEvent>(&line) else {
+                    continue;
+                };
+                if let (InitEvent::Emptied, Some(tx)) = (&ev, &emptied) {
+                    let _ = tx.send(Ok(std::process::ExitStatus::from_raw(0)));
+                    break;
                 }
+                let _ = ev_tx.send(ev);
             }
         });
-
-        let (wait_tx, wait_rx) = mpsc::channel();
+        let (exited_tx, exited_rx) = mpsc::channel::<()>();
         thread::spawn(move || {
             let _ = wait_tx.send(child.wait());
+            let _ = exited_tx.send(());
         });
         let mut timed_out = false;
         let mut cancelled = false;
@@ -643,9 +790,17 @@ impl Broker {
                 }
             }
         };
-        mark("init_exited");
-        // Whatever is left in the group dies now (SBX-4).
-        cgroup.kill();
+        mark(if is_pooled {
+            "sandbox_emptied"
+        } else {
+            "init_exited"
+        });
+        // Whatever is left in the group dies now (SBX-4). A pooled sandbox
+        // that reported itself empty has only its init left, tearing its
+        // namespaces down: that is killed with the group in the background.
+        if !is_pooled {
+            cgroup.kill();
+        }
         let duration_ms = u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX);
 
         let events: Vec<InitEvent> = {
@@ -663,11 +818,22 @@ impl Broker {
         let oom = cgroup.oom_killed();
         let pids_hit = cgroup.pids_limit_hit();
         mark("output_collected");
-        cgroup.destroy();
-        if let Some(s) = &scratch {
-            let _ = std::fs::remove_dir_all(s);
+        let cleanup = move || {
+            let _ = exited_rx.recv();
+            cgroup.destroy();
+            if let Some(s) = &scratch {
+                let _ = std::fs::remove_dir_all(s);
+            }
+        };
+        if is_pooled {
+            thread::spawn(cleanup);
+        } else {
+            cleanup();
         }
         mark("cleaned_up");
+        if let Some(p) = &self.pool {
+            p.launched();
+        }
 
         let mut report = None;
         let mut exit = None;
@@ -706,6 +872,7 @@ impl Broker {
                     }
                 }
                 InitEvent::Timing { stage, t_ns } => marks.push((stage, t_ns)),
+                InitEvent::PoolReady | InitEvent::Emptied => {}
             }
         }
         let Some(containment) = report else {
@@ -773,10 +940,136 @@ impl Broker {
     }
 }
 
+/// Spawns the sandbox init with its descriptors in place: the spec and
+/// status pipes, and when given the executable and the control socket.
+/// `piped`: the workload inherits the init's stdout and stderr (a cold
+/// launch); otherwise they are `/dev/null` (a pooled sandbox gets its
+/// launch's pipes later).
+fn spawn_init(
+    init_exe: &Path,
+    spec_r: &OwnedFd,
+    status_w: &OwnedFd,
+    exe_fd: Option<&OwnedFd>,
+    control: Option<&OwnedFd>,
+    piped: bool,
+) -> std::io::Result<Child> {
+    let mut cmd = Command::new(init_exe);
+    cmd.arg(crate::INIT_ARG)
+        .env_clear()
+        .current_dir("/")
+        .stdin(Stdio::null());
+    if piped {
+        cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+    } else {
+        cmd.stdout(Stdio::null()).stderr(Stdio::null());
+    }
+    let fds = [
+        (spec_r.as_raw_fd(), SPEC_FD),
+        (status_w.as_raw_fd(), STATUS_FD),
+        (exe_fd.map_or(-1, |f| f.as_raw_fd()), EXE_FD),
+        (control.map_or(-1, |f| f.as_raw_fd()), CONTROL_FD),
+    ];
+    sys::set_pre_exec(&mut cmd, move || {
+        // Descriptors the broker itself inherited stay out of the sandbox.
+        sys::cloexec_inherited()?;
+        for (src, dst) in fds {
+            if src >= 0 {
+                sys::dup_onto(src, dst)?;
+            }
+        }
+        sys::die_with_parent()
+    });
+    cmd.spawn()
+}
+
+/// Whether a launch's roots or mount sources hold, or lie inside, the
+/// directory a pooled sandbox's root is mounted on.
+fn overlaps_pool_dir(spec: &SandboxSpec, dir: &Path) -> bool {
+    spec.writable
+        .iter()
+        .chain(&spec.readonly)
+        .chain(spec.mounts.iter().map(|m| &m.source))
+        .any(|p| dir.starts_with(p) || p.starts_with(dir))
+}
+
+/// Builds one pooled sandbox for `key` (the pool's filler thread calls
+/// this): its cgroup, its init (moved into the cgroup before it forks),
+/// its namespaces and the platform's part of its root.
+fn build_pooled(key: &PoolKey) -> Result<Pooled, String> {
+    let n = LAUNCHES.fetch_add(1, Ordering::Relaxed);
+    let name = format!("airlock-{}-{n}", std::process::id());
+    let root_dir =
+        make_scratch(&name, (key.outer_uid, key.outer_gid)).map_err(|e| e.to_string())?;
+    let (cgroup, base) = Cgroup::create(&name, key.cgroup_limits());
+    let template = InitSpec::pool_template(
+        (key.outer_uid, key.outer_gid),
+        key.switch_ids,
+        key.host_ids.clone(),
+        key.tmp_bytes,
+        root_dir.clone(),
+    );
+    let fail = |mut child: Option<Child>, cgroup: Cgroup, e: String| {
+        if let Some(c) = child.as_mut() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        cgroup.destroy();
+        let _ = std::fs::remove_dir(&root_dir);
+        e
+    };
+    let spawned = (|| {
+        let (spec_r, spec_w) = high_pipe()?;
+        let (status_r, status_w) = high_pipe()?;
+        let (control_ours, control_theirs) = std::os::unix::net::UnixStream::pair()?;
+        let control_theirs = high_fd(OwnedFd::from(control_theirs))?;
+        let child = spawn_init(
+            &key.init_exe,
+            &spec_r,
+            &status_w,
+            None,
+            Some(&control_theirs),
+            false,
+        )?;
+        Ok::<_, std::io::Error>((child, spec_w, status_r, control_ours))
+    })();
+    let (child, spec_w, status_r, control) = match spawned {
+        Ok(s) => s,
+        Err(e) => return Err(fail(None, cgroup, e.to_string())),
+    };
+    let mut spec_pipe = std::fs::File::from(spec_w);
+    if let Err(e) = crate::pool::send_spec(&mut spec_pipe, &template) {
+        return Err(fail(Some(child), cgroup, e.to_string()));
+    }
+    if !cgroup.is_empty() && cgroup.add(child.id()).is_err() {
+        return Err(fail(
+            Some(child),
+            cgroup,
+            "could not move the sandbox into its cgroup".into(),
+        ));
+    }
+    if let Err(e) = spec_pipe.write_all(b"G") {
+        return Err(fail(Some(child), cgroup, e.to_string()));
+    }
+    let mut status = BufReader::new(std::fs::File::from(status_r));
+    if let Err(e) = crate::pool::await_ready(&mut status, Duration::from_secs(10)) {
+        return Err(fail(Some(child), cgroup, e));
+    }
+    Ok(Pooled {
+        child,
+        cgroup,
+        base,
+        spec: spec_pipe,
+        status,
+        control,
+        root_dir,
+        built_at: Instant::now(),
+    })
+}
+
 /// Starts the stdout and stderr drain threads.
 fn spawn_drains(
-    out: Option<std::process::ChildStdout>,
-    err: Option<std::process::ChildStderr>,
+    out: Option<std::fs::File>,
+    err: Option<std::fs::File>,
     budget: usize,
     live: Option<crate::output::LiveSink>,
 ) -> (mpsc::Receiver<Captured>, mpsc::Receiver<Captured>) {
@@ -922,6 +1215,8 @@ fn run_uncontained(
     let budget = spec.output_budget;
     let out = child.stdout.take();
     let err = child.stderr.take();
+    let out = out.map(|o| std::fs::File::from(OwnedFd::from(o)));
+    let err = err.map(|e| std::fs::File::from(OwnedFd::from(e)));
     let (out_rx, err_rx) = spawn_drains(out, err, budget, hooks.live_output.clone());
     let (wait_tx, wait_rx) = mpsc::channel();
     thread::spawn(move || {

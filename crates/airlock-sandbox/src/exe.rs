@@ -27,7 +27,7 @@ pub mod digest_cache;
 pub use digest_cache::DigestCache;
 
 /// What identifies one executable file.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ExecutableIdentity {
     pub path: PathBuf,
     pub dev: u64,

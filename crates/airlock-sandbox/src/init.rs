@@ -193,12 +193,19 @@ fn run() -> i32 {
             Err(e) => return status.fail("spec", e),
         }
     };
+    let go = Go(spec_pipe);
+    if spec.pooled {
+        // A pooled init gets its executable with its launch, later.
+        return match spec.level {
+            Level::Namespaces => namespaces(spec, status, None, go),
+            _ => status.fail("pool", "only the namespaces level is pooled"),
+        };
+    }
     let Some(exe) = sys::inherited_fd(EXE_FD) else {
         return status.fail("spec", "missing executable descriptor");
     };
-    let go = Go(spec_pipe);
     match spec.level {
-        Level::Namespaces => namespaces(spec, status, exe, go),
+        Level::Namespaces => namespaces(spec, status, Some(exe), go),
         _ => fallback(spec, status, exe, Vec::new(), go),
     }
 }
@@ -210,17 +217,19 @@ fn run() -> i32 {
 struct Go(std::io::BufReader<File>);
 
 impl Go {
-    fn wait(mut self) -> Result<(), String> {
+    /// Waits for the byte; gives the pipe back (a pooled sandbox's launch
+    /// spec comes on it later).
+    fn wait(mut self) -> Result<std::io::BufReader<File>, String> {
         let mut b = [0u8; 1];
         match self.0.read(&mut b) {
-            Ok(1) if b[0] == b'G' => Ok(()),
+            Ok(1) if b[0] == b'G' => Ok(self.0),
             Ok(_) => Err("the broker withdrew the launch".into()),
             Err(e) => Err(e.to_string()),
         }
     }
 }
 
-fn namespaces(spec: InitSpec, mut status: Status, exe: OwnedFd, go: Go) -> i32 {
+fn namespaces(spec: InitSpec, mut status: Status, exe: Option<OwnedFd>, go: Go) -> i32 {
     let flags = CloneFlags::CLONE_NEWUSER
         | CloneFlags::CLONE_NEWNS
         | CloneFlags::CLONE_NEWPID
@@ -236,20 +245,37 @@ fn namespaces(spec: InitSpec, mut status: Status, exe: OwnedFd, go: Go) -> i32 {
     // never 0, and the kernel's per-user counts (inotify instances,
     // message queues, pending signals) are charged to the sandbox uid,
     // not to root.
+    // The broker, while this process is alive to read it (its death
+    // kills this process until the change of ids below clears that).
+    let broker = nix::unistd::getppid();
     let pre_opened = if spec.switch_ids {
-        let sources = match open_sources(&spec, Opener::Detached) {
+        // A pooled sandbox has no roots yet: the broker opens them for its
+        // launch.
+        let opened = if spec.pooled {
+            open_system(Opener::Detached).map(|system| (system, Vec::new()))
+        } else {
+            open_sources(&spec, Opener::Detached)
+        };
+        let sources = match opened {
             Ok(s) => s,
             Err((stage, e)) => return status.fail(stage, e),
         };
         if let Err(e) = become_ids(spec.outer_uid, spec.outer_gid) {
             return status.fail("switch to the sandbox ids", e);
         }
+        // The uid change cleared the parent-death signal: without it, a
+        // broker killed with SIGKILL would leave this sandbox running.
+        if let Err(e) = sys::die_with_parent_again(broker) {
+            return status.fail("die with the broker", e);
+        }
         Some(sources)
     } else {
         None
     };
     if let Err(e) = unshare(flags) {
-        if spec.allow_fallback {
+        if spec.allow_fallback
+            && let Some(exe) = exe
+        {
             let why = Guarantee::new(
                 "user_namespace",
                 false,
@@ -282,9 +308,10 @@ fn namespaces(spec: InitSpec, mut status: Status, exe: OwnedFd, go: Go) -> i32 {
 
     // The seccomp program is compiled once here, before any fork.
     let seccomp = seccomp_policy::compile(SocketPolicy::UnixAndLoopbackInet, libc::EPERM as u32);
-    if let Err(e) = go.wait() {
-        return status.fail("cgroup attach", e);
-    }
+    let spec_pipe = match go.wait() {
+        Ok(pipe) => pipe,
+        Err(e) => return status.fail("cgroup attach", e),
+    };
 
     match sys::fork_single_threaded() {
         Err(e) => status.fail("fork", e),
@@ -293,19 +320,25 @@ fn namespaces(spec: InitSpec, mut status: Status, exe: OwnedFd, go: Go) -> i32 {
             for sig in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP] {
                 sys::on_signal(sig, forward_signal);
             }
-            drop(status);
+            drop(spec_pipe);
             drop(exe);
             quiet_stdio();
-            loop {
-                match waitpid(child, None) {
-                    Err(nix::errno::Errno::EINTR) => continue,
-                    _ => return 0,
-                }
-            }
+            while let Err(nix::errno::Errno::EINTR) = waitpid(child, None) {}
+            // PID 1 is gone, so is every process of its namespace: the
+            // broker may report the launch while this process tears the
+            // namespaces down.
+            status.send(&InitEvent::Emptied);
+            0
         }
         Ok(ForkResult::Child) => {
             let _ = sys::die_with_parent();
-            let code = pid_one(&spec, &mut status, exe, seccomp, pre_opened);
+            let code = match exe {
+                Some(exe) => {
+                    drop(spec_pipe);
+                    pid_one(&spec, &mut status, exe, seccomp, pre_opened)
+                }
+                None => pooled_pid_one(&spec, &mut status, seccomp, pre_opened, spec_pipe),
+            };
             // Exiting PID 1 tears the namespace down: every descendant dies.
             std::process::exit(code);
         }
@@ -320,6 +353,173 @@ fn pid_one(
     seccomp: Result<seccomp_policy::CompiledPolicy, seccomp_policy::SeccompError>,
     pre_opened: Option<Sources>,
 ) -> i32 {
+    status.mark(spec.timings, "pid1_started");
+    let built = match build_root(spec, pre_opened) {
+        Ok(b) => b,
+        Err((stage, e)) => return status.fail(stage, e),
+    };
+    status.mark(spec.timings, "root_built");
+    let _ = nix::unistd::sethostname("airlock");
+    if let Err(e) = sys::loopback_up() {
+        return status.fail("loopback", e);
+    }
+    let report = containment_report(spec, built.proc_mounted, built.user_limits, &built.budgets);
+    start_workload(spec, status, exe, None, report, built.budgets, seccomp)
+}
+
+/// S2 of a pooled sandbox: builds the platform's part of the root, says it
+/// is ready, then takes exactly one launch from the spec pipe and ends with
+/// it. It never reads a second spec: a pooled sandbox is used once.
+fn pooled_pid_one(
+    template: &InitSpec,
+    status: &mut Status,
+    seccomp: Result<seccomp_policy::CompiledPolicy, seccomp_policy::SeccompError>,
+    pre_opened: Option<Sources>,
+    mut spec_pipe: std::io::BufReader<File>,
+) -> i32 {
+    let Some(root) = template.scratch.clone() else {
+        return status.fail("pool", "no directory for the pooled root");
+    };
+    // Slave, not private, while the sandbox waits: mounts the host makes
+    // in the meantime still reach this copy, so a launch's roots resolve
+    // against the host as it is at launch time (made private below).
+    let slave = mount(
+        None::<&str>,
+        "/",
+        None::<&str>,
+        MsFlags::MS_REC | MsFlags::MS_SLAVE,
+        None::<&str>,
+    );
+    if let Err(e) = slave {
+        return status.fail("make mounts slave", e);
+    }
+    let system = match pre_opened {
+        Some((system, _)) => Ok(system),
+        None => open_system(Opener::Path),
+    };
+    let built = match system.and_then(|s| build_system(template, &root, s)) {
+        Ok(b) => b,
+        Err((stage, e)) => return status.fail(stage, e),
+    };
+    let _ = nix::unistd::sethostname("airlock");
+    if let Err(e) = sys::loopback_up() {
+        return status.fail("loopback", e);
+    }
+    status.send(&InitEvent::PoolReady);
+
+    // The one launch.
+    let spec: InitSpec = {
+        use std::io::BufRead;
+        let mut line = String::new();
+        match (&mut spec_pipe).take(16 << 20).read_line(&mut line) {
+            // The broker dropped this sandbox unused.
+            Ok(0) => return 0,
+            Ok(_) => match serde_json::from_str(&line) {
+                Ok(s) => s,
+                Err(e) => return status.fail("spec", e),
+            },
+            Err(e) => return status.fail("spec", e),
+        }
+    };
+    drop(spec_pipe);
+    status.mark(spec.timings, "pool_launch_received");
+    if let Err(e) = pool_compatible(template, &spec) {
+        return status.fail("pool", e);
+    }
+    let Some(control) = sys::inherited_fd(CONTROL_FD) else {
+        return status.fail("pool", "missing control socket");
+    };
+    let take = || match sys::recv_fd(control.as_raw_fd()) {
+        Ok(Some(fd)) => Ok(fd),
+        Ok(None) => Err(("pool", "the broker closed the launch".to_string())),
+        Err(e) => Err(("pool", e.to_string())),
+    };
+    let received = take().and_then(|exe| Ok((exe, take()?, take()?)));
+    let (exe, out, err) = match received {
+        Ok(fds) => fds,
+        Err((stage, e)) => return status.fail(stage, e),
+    };
+    let roots = match &spec.sent_roots {
+        Some(sent) => sent
+            .iter()
+            .map(|(target, writable)| {
+                let fd = take()?;
+                received_source(fd, target, *writable)
+            })
+            .collect::<SetupResult<Vec<Source>>>(),
+        None => open_roots(&spec, Opener::Path),
+    };
+    let private = mount(
+        None::<&str>,
+        "/",
+        None::<&str>,
+        MsFlags::MS_REC | MsFlags::MS_PRIVATE,
+        None::<&str>,
+    );
+    if let Err(e) = private {
+        return status.fail("make mounts private", e);
+    }
+    let budgets = match roots.and_then(|r| finish_root(&spec, &root, r)) {
+        Ok(b) => b,
+        Err((stage, e)) => return status.fail(stage, e),
+    };
+    status.mark(spec.timings, "root_built");
+    let report = containment_report(&spec, built.proc_mounted, built.user_limits, &budgets);
+    if spec.egress {
+        // The listener goes back on the same socket, which stays open as
+        // CONTROL_FD for the hand-over below.
+        let _ = std::os::fd::IntoRawFd::into_raw_fd(control);
+    } else {
+        drop(control);
+    }
+    start_workload(
+        &spec,
+        status,
+        exe,
+        Some((out, err)),
+        report,
+        budgets,
+        seccomp,
+    )
+}
+
+/// The fields a pooled sandbox was built for must be the launch's.
+fn pool_compatible(template: &InitSpec, spec: &InitSpec) -> Result<(), String> {
+    let same = spec.pooled
+        && spec.level == template.level
+        && spec.outer_uid == template.outer_uid
+        && spec.outer_gid == template.outer_gid
+        && spec.switch_ids == template.switch_ids
+        && spec.host_ids == template.host_ids
+        && spec.tmp_bytes == template.tmp_bytes
+        && spec.scratch == template.scratch;
+    if same {
+        Ok(())
+    } else {
+        Err("the launch does not match the pooled sandbox (ids, level or /tmp size)".into())
+    }
+}
+
+/// A root the broker opened as a detached tree and sent.
+fn received_source(fd: OwnedFd, target: &Path, writable: bool) -> SetupResult<Source> {
+    let meta = stage("stat bind source", nix::sys::stat::fstat(&fd))?;
+    Ok(Source {
+        fd,
+        target: target.to_path_buf(),
+        writable,
+        is_dir: meta.st_mode & libc::S_IFMT == libc::S_IFDIR,
+        detached: true,
+    })
+}
+
+/// The containment report of a built sandbox, before the workload's own
+/// guarantees (rlimits, capabilities, Landlock, seccomp) are added.
+fn containment_report(
+    spec: &InitSpec,
+    proc_mounted: bool,
+    user_limits: Guarantee,
+    budgets: &[crate::budget::Budgeted],
+) -> ContainmentReport {
     let mut report = ContainmentReport {
         driver: Driver::Namespaces,
         level: Level::Namespaces,
@@ -345,32 +545,21 @@ fn pid_one(
         report.push(Guarantee::new(name, ok, detail));
     }
     report.push(host_uid_guarantee(spec));
-    status.mark(spec.timings, "pid1_started");
-    let budgets = match build_root(spec, pre_opened) {
-        Ok(Built {
-            proc_mounted,
-            user_limits,
-            budgets,
-        }) => {
-            report.push(user_limits);
-            report.push(Guarantee::new(
-                "private_root",
-                true,
-                "tmpfs root, read-only system binds",
-            ));
-            report.push(Guarantee::new(
-                "fresh_proc",
-                proc_mounted,
-                if proc_mounted {
-                    ""
-                } else {
-                    "procfs could not be mounted; /proc is empty"
-                },
-            ));
-            budgets
-        }
-        Err((stage, e)) => return status.fail(stage, e),
-    };
+    report.push(user_limits);
+    report.push(Guarantee::new(
+        "private_root",
+        true,
+        "tmpfs root, read-only system binds",
+    ));
+    report.push(Guarantee::new(
+        "fresh_proc",
+        proc_mounted,
+        if proc_mounted {
+            ""
+        } else {
+            "procfs could not be mounted; /proc is empty"
+        },
+    ));
     if let Some(bytes) = spec.disk_budget {
         report.push(Guarantee::new(
             "disk_budget",
@@ -382,11 +571,21 @@ fn pid_one(
             ),
         ));
     }
-    status.mark(spec.timings, "root_built");
-    let _ = nix::unistd::sethostname("airlock");
-    if let Err(e) = sys::loopback_up() {
-        return status.fail("loopback", e);
-    }
+    report
+}
+
+/// PID 1 with its root built: hands over the egress listener, forks the
+/// workload (with `stdio` as its stdout and stderr when given: a pooled
+/// sandbox gets its launch's pipes), reaps until it ends and reports.
+fn start_workload(
+    spec: &InitSpec,
+    status: &mut Status,
+    exe: OwnedFd,
+    stdio: Option<(OwnedFd, OwnedFd)>,
+    mut report: ContainmentReport,
+    budgets: Vec<crate::budget::Budgeted>,
+    seccomp: Result<seccomp_policy::CompiledPolicy, seccomp_policy::SeccompError>,
+) -> i32 {
     if spec.egress {
         // NET-1: the listener lives in this empty network namespace, so it
         // is reachable from the sandbox and from nowhere else; the trusted
@@ -439,6 +638,13 @@ fn pid_one(
     match sys::fork_single_threaded() {
         Err(e) => status.fail("fork", e),
         Ok(ForkResult::Child) => {
+            if let Some((out, err)) = &stdio
+                && (sys::dup_onto(out.as_raw_fd(), 1).is_err()
+                    || sys::dup_onto(err.as_raw_fd(), 2).is_err())
+            {
+                std::process::exit(status.fail("stdio", "could not take the launch's pipes"));
+            }
+            drop(stdio);
             let code = workload(
                 spec,
                 status,
@@ -452,6 +658,7 @@ fn pid_one(
         }
         Ok(ForkResult::Parent { child }) => {
             drop(exe);
+            drop(stdio);
             quiet_stdio();
             for sig in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP] {
                 sys::on_signal(sig, note_signal);
@@ -468,26 +675,30 @@ fn pid_one(
                 }
             });
             status.mark(spec.timings, "workload_exited");
-            if !budgets.is_empty() {
-                // Nothing of the workload may run while its writes are
-                // read back: everything else in this namespace dies first.
-                let _ = kill(Pid::from_raw(-1), Signal::SIGKILL);
-                loop {
-                    match waitpid(Pid::from_raw(-1), Some(WaitPidFlag::__WALL)) {
-                        Err(nix::errno::Errno::ECHILD) => break,
-                        Err(nix::errno::Errno::EINTR) | Ok(_) => {}
-                        Err(_) => break,
-                    }
+            // Everything else in this namespace dies now (SBX-4), before
+            // anything is reported: nothing of the workload may run while
+            // its writes are read back. Once `waitpid` finds no child,
+            // this process is the namespace's last (PID 1 reaps every
+            // orphan of its namespace, and nobody outside joins it).
+            let _ = kill(Pid::from_raw(-1), Signal::SIGKILL);
+            let emptied = loop {
+                match waitpid(Pid::from_raw(-1), Some(WaitPidFlag::__WALL)) {
+                    Err(nix::errno::Errno::ECHILD) => break true,
+                    Err(nix::errno::Errno::EINTR) | Ok(_) => {}
+                    Err(_) => break false,
                 }
-                for b in &budgets {
-                    status.send(&InitEvent::Budget {
-                        root: b.path.clone(),
-                        exhausted: crate::budget::exhausted(b),
-                        error: crate::budget::commit(b).err(),
-                    });
-                }
+            };
+            for b in &budgets {
+                status.send(&InitEvent::Budget {
+                    root: b.path.clone(),
+                    exhausted: crate::budget::exhausted(b),
+                    error: crate::budget::commit(b).err(),
+                });
             }
             status.send(&exit);
+            if emptied {
+                status.send(&InitEvent::Emptied);
+            }
             0
         }
     }
@@ -566,10 +777,10 @@ fn stage<T, E: std::fmt::Display>(name: &'static str, r: Result<T, E>) -> SetupR
 }
 
 /// A bind source, opened before the new root hides the host's paths.
-struct Source {
-    fd: OwnedFd,
-    target: PathBuf,
-    writable: bool,
+pub(crate) struct Source {
+    pub(crate) fd: OwnedFd,
+    pub(crate) target: PathBuf,
+    pub(crate) writable: bool,
     is_dir: bool,
     /// `fd` is a detached mount tree (attach with `move_mount`), not a
     /// path to bind.
@@ -578,7 +789,7 @@ struct Source {
 
 /// How bind sources are opened.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Opener {
+pub(crate) enum Opener {
     /// `O_PATH` descriptors, bound later through `/proc/self/fd` (by the
     /// sandbox's PID 1, in its own mount namespace).
     Path,
@@ -589,13 +800,17 @@ enum Opener {
     Detached,
 }
 
-/// Every host source of the new root.
-pub(crate) struct Sources {
+/// The platform's host sources of the new root: the same for every
+/// sandbox.
+pub(crate) struct SystemSources {
     system: Vec<Source>,
     symlinks: Vec<(PathBuf, PathBuf)>,
     devices: Vec<Source>,
-    roots: Vec<Source>,
 }
+
+/// Every host source of the new root: the platform's and the launch's
+/// roots and mount sources (parents first).
+pub(crate) type Sources = (SystemSources, Vec<Source>);
 
 fn finish_source(fd: OwnedFd, target: &Path, writable: bool, how: Opener) -> SetupResult<Source> {
     let meta = stage("stat bind source", nix::sys::stat::fstat(&fd))?;
@@ -686,6 +901,12 @@ fn open_root(
 
 /// Opens every host source of the new root while the host tree is visible.
 fn open_sources(spec: &InitSpec, how: Opener) -> SetupResult<Sources> {
+    Ok((open_system(how)?, open_roots(spec, how)?))
+}
+
+/// Opens the platform's sources: system directories, `/etc` entries and
+/// devices.
+fn open_system(how: Opener) -> SetupResult<SystemSources> {
     let mut system = Vec::new();
     let mut symlinks = Vec::new();
     for dir in SYSTEM_DIRS {
@@ -708,6 +929,17 @@ fn open_sources(spec: &InitSpec, how: Opener) -> SetupResult<Sources> {
         let p = Path::new("/dev").join(d);
         devices.extend(open_source(&p, &p, true, how)?);
     }
+    Ok(SystemSources {
+        system,
+        symlinks,
+        devices,
+    })
+}
+
+/// Opens a launch's roots and mount sources (and the executable when no
+/// root holds it), parents first. A root broker opens them as detached
+/// trees; for a pooled sandbox it does so itself, in the broker.
+pub(crate) fn open_roots(spec: &InitSpec, how: Opener) -> SetupResult<Vec<Source>> {
     // Roots and mount sources, shallowest host path first, so that one
     // inside another is opened beneath it.
     let mut wanted: Vec<(&Path, &Path, bool)> = Vec::new();
@@ -743,12 +975,7 @@ fn open_sources(spec: &InitSpec, how: Opener) -> SetupResult<Sources> {
     }
     // Parents before children.
     roots.sort_by_key(|s| s.target.components().count());
-    Ok(Sources {
-        system,
-        symlinks,
-        devices,
-        roots,
-    })
+    Ok(roots)
 }
 
 /// Gives up root for the sandbox ids (root broker only). Without
@@ -796,6 +1023,12 @@ struct Built {
     budgets: Vec<crate::budget::Budgeted>,
 }
 
+/// What building the platform's part of the root established.
+struct SystemBuilt {
+    proc_mounted: bool,
+    user_limits: Guarantee,
+}
+
 /// Builds the new root on a tmpfs and pivots into it.
 fn build_root(spec: &InitSpec, pre_opened: Option<Sources>) -> SetupResult<Built> {
     stage(
@@ -811,18 +1044,31 @@ fn build_root(spec: &InitSpec, pre_opened: Option<Sources>) -> SetupResult<Built
 
     // 1. Every bind source, opened while the host tree is still visible
     // (by the root init before it gave up root, or now).
-    let Sources {
-        system: sources,
-        symlinks,
-        devices,
-        roots,
-    } = match pre_opened {
+    let (system, roots) = match pre_opened {
         Some(s) => s,
         None => open_sources(spec, Opener::Path)?,
     };
-
-    // 2. The new root.
     let root = Path::new(NEW_ROOT);
+    let SystemBuilt {
+        proc_mounted,
+        user_limits,
+    } = build_system(spec, root, system)?;
+    let budgets = finish_root(spec, root, roots)?;
+    Ok(Built {
+        proc_mounted,
+        user_limits,
+        budgets,
+    })
+}
+
+/// The platform's part of the new root at `root`: the tmpfs, system binds,
+/// `/etc`, `/proc`, `/dev` and `/tmp`. Nothing of a launch.
+fn build_system(spec: &InitSpec, root: &Path, system: SystemSources) -> SetupResult<SystemBuilt> {
+    let SystemSources {
+        system: sources,
+        symlinks,
+        devices,
+    } = system;
     stage(
         "mount root tmpfs",
         mount(
@@ -984,7 +1230,20 @@ fn build_root(spec: &InitSpec, pre_opened: Option<Sources>) -> SetupResult<Built
             Some(tmpfs_options("1777", spec.tmp_bytes).as_str()),
         ),
     )?;
+    Ok(SystemBuilt {
+        proc_mounted,
+        user_limits,
+    })
+}
 
+/// A launch's part of the root at `root` (its roots, budgets and secrets),
+/// then the switch into it.
+fn finish_root(
+    spec: &InitSpec,
+    root: &Path,
+    roots: Vec<Source>,
+) -> SetupResult<Vec<crate::budget::Budgeted>> {
+    let under = |p: &Path| root.join(p.strip_prefix("/").unwrap_or(p));
     // Writable and read-only roots, parents first. A budgeted writable
     // root gets its overlay right after its bind, before any root nested
     // in it is bound on top.
@@ -1070,11 +1329,7 @@ fn build_root(spec: &InitSpec, pre_opened: Option<Sources>) -> SetupResult<Built
             Some(tmpfs_options("0755", 16 << 20).as_str()),
         ),
     )?;
-    Ok(Built {
-        proc_mounted,
-        user_limits,
-        budgets,
-    })
+    Ok(budgets)
 }
 
 /// Size of the private `/dev/shm`.
@@ -1317,6 +1572,7 @@ fn workload(
         // ids (never 0; see crate::subid). The uid change clears every
         // capability; the bounding set goes first.
         let (uid, gid) = (spec.outer_uid, spec.outer_gid);
+        let parent = nix::unistd::getppid();
         let caps = uid != 0
             && gid != 0
             && sys::drop_all_capabilities_then(|| {
@@ -1329,6 +1585,10 @@ fn workload(
             });
         if !caps || nix::unistd::geteuid().is_root() {
             return status.fail("fallback", "could not give up root for the sandbox ids");
+        }
+        // The change of ids cleared the parent-death signal.
+        if let Err(e) = sys::die_with_parent_again(parent) {
+            return status.fail("die with the init", e);
         }
         report.push(Guarantee::new(
             "capabilities_dropped",
@@ -1601,5 +1861,39 @@ fn kill_descendants() {
             }
         }
         std::thread::yield_now();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// PID 1 of a pooled sandbox refuses a launch whose ids, level or
+    /// `/tmp` size differ from what it was built with (the broker's key
+    /// check is the first line; this is the second).
+    #[test]
+    fn a_pooled_sandbox_refuses_a_launch_it_was_not_built_for() {
+        let template = InitSpec::pool_template(
+            (2_000_000_000, 2_000_000_000),
+            true,
+            "range".into(),
+            64 << 20,
+            PathBuf::from("/tmp/airlock-1-1-scratch"),
+        );
+        let launch = |f: &dyn Fn(&mut InitSpec)| {
+            let mut s = template.clone();
+            s.argv = vec!["/bin/true".into()];
+            f(&mut s);
+            pool_compatible(&template, &s)
+        };
+        // Control: the launch it was built for is taken.
+        assert!(launch(&|_| {}).is_ok());
+        assert!(launch(&|s| s.outer_uid += 1).is_err());
+        assert!(launch(&|s| s.outer_gid += 1).is_err());
+        assert!(launch(&|s| s.switch_ids = false).is_err());
+        assert!(launch(&|s| s.tmp_bytes *= 2).is_err());
+        assert!(launch(&|s| s.level = Level::LandlockSeccomp).is_err());
+        assert!(launch(&|s| s.pooled = false).is_err());
+        assert!(launch(&|s| s.scratch = Some(PathBuf::from("/tmp/x"))).is_err());
     }
 }

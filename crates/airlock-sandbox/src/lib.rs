@@ -26,6 +26,7 @@ mod hostfs;
 pub mod init;
 pub mod landlock_rules;
 pub mod output;
+mod pool;
 pub mod report;
 pub mod seccomp_policy;
 pub mod spec;
@@ -35,6 +36,7 @@ mod wire;
 
 pub use broker::{Broker, Hooks, LaunchError, RunResult};
 pub use exe::{DigestCache, DigestSource, ExecutableIdentity, ResolvedExecutable};
+pub use pool::PoolStats;
 pub use report::{ContainmentReport, Driver, Guarantee, Level};
 pub use spec::{
     DriverChoice, Limits, Mount, SECRETS_DIR, SandboxRequest, SandboxSpec, SecretBytes, SecretFile,

@@ -94,6 +94,18 @@ pub(crate) fn die_with_parent() -> std::io::Result<()> {
     Ok(())
 }
 
+/// Sets the parent-death signal again after a change of ids, which clears
+/// it (prctl(2)), and checks that `parent` — read before the change — is
+/// still the parent: if it died in between, the signal will never come,
+/// and the caller must end itself.
+pub(crate) fn die_with_parent_again(parent: nix::unistd::Pid) -> std::io::Result<()> {
+    die_with_parent()?;
+    if nix::unistd::getppid() != parent {
+        return Err(std::io::Error::other("the parent is gone"));
+    }
+    Ok(())
+}
+
 /// Runs `f` in the child of `Command::spawn` before exec.
 pub(crate) fn set_pre_exec(
     cmd: &mut std::process::Command,

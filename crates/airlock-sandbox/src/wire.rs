@@ -85,6 +85,65 @@ pub(crate) struct InitSpec {
     /// Report set-up stage timings (`InitEvent::Timing`).
     #[serde(default)]
     pub timings: bool,
+    /// A pooled sandbox (see [`crate::pool`]): the spec sent at spawn is
+    /// the pool's template; the launch's own spec follows on the same pipe
+    /// once the sandbox is built, with its descriptors on [`CONTROL_FD`].
+    #[serde(default)]
+    pub pooled: bool,
+    /// Pooled launches of a root broker: the roots and mount sources the
+    /// broker opened as detached trees, in the order their descriptors
+    /// follow on [`CONTROL_FD`] (target, writable). `None`: PID 1 opens
+    /// them itself.
+    #[serde(default)]
+    pub sent_roots: Option<Vec<(PathBuf, bool)>>,
+}
+
+impl InitSpec {
+    /// The spec a pooled sandbox is built from: the fields of the pool's
+    /// key, nothing of any launch.
+    pub(crate) fn pool_template(
+        (outer_uid, outer_gid): (u32, u32),
+        switch_ids: bool,
+        host_ids: String,
+        tmp_bytes: u64,
+        root_dir: PathBuf,
+    ) -> Self {
+        InitSpec {
+            argv: Vec::new(),
+            env: Vec::new(),
+            cwd: PathBuf::from("/"),
+            exe: ExecutableIdentity::default(),
+            exec_by_fd: true,
+            level: Level::Namespaces,
+            allow_fallback: false,
+            writable: Vec::new(),
+            readonly: Vec::new(),
+            mounts: Vec::new(),
+            secret_files: Vec::new(),
+            outer_uid,
+            outer_gid,
+            switch_ids,
+            host_ids,
+            root_ids: Vec::new(),
+            rlimits: Rlimits {
+                nofile: 0,
+                nproc: 0,
+                fsize: 0,
+                cpu_secs: 0,
+                address_space: None,
+            },
+            tmp_bytes,
+            disk_budget: None,
+            scratch: Some(root_dir),
+            require_containment: false,
+            required_extra: Vec::new(),
+            base_guarantees: Vec::new(),
+            egress: false,
+            timings: false,
+            pooled: true,
+            sent_roots: None,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -119,6 +178,13 @@ pub(crate) enum InitEvent {
         exhausted: bool,
         error: Option<String>,
     },
+    /// A pooled sandbox is built and waits for its one launch.
+    PoolReady,
+    /// PID 1 has exited, and with it every process of the sandbox's PID
+    /// namespace (the kernel reaps them all before PID 1 is gone). What
+    /// follows is the tear-down of the namespaces, which no workload
+    /// process survives to see.
+    Emptied,
     /// The workload's main process ended.
     Exited {
         code: Option<i32>,

@@ -94,6 +94,9 @@ pub struct Config {
     /// e.g. a llama.cpp server on this host (`AIRLOCK_MODEL_ALLOW_PRIVATE`).
     /// Channels name their own upstream, which the operator chose.
     pub model_allow_private: Vec<airlock_egress::policy::Cidr>,
+    /// Pre-built sandboxes kept ready per kind of launch (0: none; see
+    /// `airlock_sandbox::Broker::with_pool`). `airlock up` keeps 2.
+    pub sandbox_pool: usize,
 }
 
 impl Config {
@@ -114,6 +117,7 @@ impl Config {
             quotas: Quotas::default(),
             clock: Arc::new(SystemClock),
             model_allow_private: Vec::new(),
+            sandbox_pool: 0,
         }
     }
 }

@@ -143,7 +143,11 @@ impl Service {
     /// The service over an open store. The caller wires; nobody else
     /// keeps using the store through the service.
     pub fn open(store: Store, cfg: Config) -> Result<Arc<Self>> {
-        Self::open_with_launcher(store, cfg, Arc::new(airlock_launch::SandboxLauncher::new()))
+        // A pool that cannot start (no thread) leaves every launch cold.
+        let broker = airlock_sandbox::Broker::new();
+        let broker = broker.clone().with_pool(cfg.sandbox_pool).unwrap_or(broker);
+        let launcher = airlock_launch::SandboxLauncher::with_broker(broker);
+        Self::open_with_launcher(store, cfg, Arc::new(launcher))
     }
 
     /// A service whose executor starts sandboxes through `launcher` (the

@@ -9,7 +9,7 @@ use crate::suite::support::*;
 use crate::suite::upstream;
 
 /// A Python client that prints `status reason-header body` for each URL.
-const FETCH: &str = r#"
+pub(crate) const FETCH: &str = r#"
 import sys, urllib.request, urllib.error
 for url in sys.argv[1:]:
     try:

@@ -10,6 +10,7 @@ mod mcp;
 mod runs;
 mod sandbox_attacks;
 mod sandbox_cli;
+mod sandbox_pool;
 mod secrets;
 mod small_model;
 mod support;

@@ -1,0 +1,648 @@
+//! The sandbox pool (issue 14): pre-built sandboxes are used once, only by a
+//! launch they were built for, never when dead, and give every guarantee a
+//! cold launch gives. A pool that is empty or cannot keep up means cold
+//! launches, never failures.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use super::support::*;
+use crate::both_users;
+
+/// `airlock sandbox exec --repeat N … --json` as `who`: the summary.
+fn repeat(who: Who, opts: &[&str], cmd: &[&str]) -> Value {
+    let out = airlock(who)
+        .args(["sandbox", "exec", "--json"])
+        .args(opts)
+        .arg("--")
+        .args(cmd)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    serde_json::from_str(stdout.trim()).unwrap_or_else(|e| {
+        panic!(
+            "not one JSON object ({e}): {stdout}\nstderr: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+/// Name → in force, for every guarantee of a containment report.
+fn guarantees(report: &Value) -> Vec<(String, bool)> {
+    let mut v: Vec<(String, bool)> = report["guarantees"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no guarantees in {report}"))
+        .iter()
+        .map(|g| {
+            (
+                g["name"].as_str().unwrap_or("").to_string(),
+                g["in_force"] == true,
+            )
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+/// Each launch records in the writable root whether its `/tmp` had been
+/// seen by an earlier workload (a reused sandbox would have it); the first
+/// two lines are the check's positive control inside the same sandbox.
+const ONCE: &str = r#"
+touch /tmp/seen && test -e /tmp/seen && echo control >> "$W/log"
+test "$(cat /tmp/earlier 2>/dev/null)" = yes && echo REUSED >> "$W/log"
+echo yes > /tmp/earlier
+echo "ok $(id -u)" >> "$W/log"
+"#;
+
+/// Three launches from one process with a pool of one: the first is cold,
+/// the next two pooled; no sandbox is used twice (each `/tmp` is new), the
+/// writable root works in a pooled sandbox, and the pooled report has
+/// exactly the guarantees, in force or not, of a cold launch of the same
+/// request.
+fn sbx_pool_launches_are_used_once_and_keep_every_guarantee(who: Who) {
+    let w = workdir(who);
+    let wp = path_str(w.path());
+    let script = format!("W={wp}\n{ONCE}");
+    let summary = repeat(
+        who,
+        &[
+            "--repeat",
+            "3",
+            "--pool",
+            "1",
+            "--pool-wait",
+            "--timings",
+            "--writable",
+            wp,
+        ],
+        &["/bin/sh", "-c", &script],
+    );
+    assert_eq!(summary["failed"], 0, "{summary}");
+    assert_eq!(summary["launches"], 3, "{summary}");
+    assert_eq!(summary["pooled"], 2, "{summary}");
+    assert_eq!(summary["cold"], 1, "{summary}");
+    let log = std::fs::read_to_string(w.path().join("log")).unwrap();
+    assert_eq!(log.matches("control").count(), 3, "{log}");
+    assert!(!log.contains("REUSED"), "a sandbox was used twice: {log}");
+    assert_eq!(log.matches("ok 1000").count(), 3, "{log}");
+    let last = &summary["last"];
+    let stages: Vec<&str> = last["timings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t[0].as_str())
+        .collect();
+    assert!(stages.contains(&"pool_taken"), "{stages:?}");
+
+    let cold = exec_sh(who, &["--writable", wp], &script);
+    assert_eq!(cold.code, 0, "{:?}", cold.json);
+    let pooled = guarantees(&last["containment"]);
+    assert_eq!(pooled, guarantees(&cold.json["containment"]));
+    assert_eq!(last["containment"]["level"], "namespaces");
+    for needed in [
+        "pid_namespace",
+        "mount_namespace",
+        "network_namespace",
+        "private_root",
+        "seccomp",
+        "capabilities_dropped",
+        "unprivileged_host_uid",
+    ] {
+        assert!(
+            pooled.contains(&(needed.to_string(), true)),
+            "{needed} not in force: {pooled:?}"
+        );
+    }
+}
+both_users!(sbx_pool_launches_are_used_once_and_keep_every_guarantee);
+
+/// More launches at once than the pool holds: every launch succeeds, the
+/// ones that found no sandbox ready started cold, and `--timings` says so.
+#[test]
+fn sbx_pool_an_exhausted_pool_falls_back_to_cold_launches() {
+    let summary = repeat(
+        Who::Invoker,
+        &[
+            "--repeat",
+            "8",
+            "--concurrency",
+            "4",
+            "--pool",
+            "1",
+            "--timings",
+        ],
+        &["/bin/true"],
+    );
+    assert_eq!(summary["failed"], 0, "{summary}");
+    assert_eq!(summary["launches"], 8, "{summary}");
+    let (pooled, cold) = (
+        summary["pooled"].as_u64().unwrap(),
+        summary["cold"].as_u64().unwrap(),
+    );
+    assert_eq!(pooled + cold, 8, "{summary}");
+    // The first four start together before anything is stocked.
+    assert!(cold >= 4, "{summary}");
+    let stages: Vec<&str> = summary["last"]["timings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t[0].as_str())
+        .collect();
+    assert!(
+        stages.contains(&"pool_taken") || stages.contains(&"pool_empty"),
+        "{stages:?}"
+    );
+}
+
+/// Whether process `pid` exists and is not a zombie.
+fn running(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            s.rsplit_once(')')
+                .and_then(|(_, rest)| rest.trim_start().chars().next())
+        })
+        .is_some_and(|state| state != 'Z' && state != 'X')
+}
+
+/// Waits, up to a minute, for `f` to hold (a wait, not a timing check).
+fn eventually(what: &str, mut f: impl FnMut() -> bool) {
+    let until = Instant::now() + Duration::from_secs(60);
+    while !f() {
+        assert!(Instant::now() < until, "gave up waiting: {what}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+fn spec(
+    argv: &[&str],
+    f: impl FnOnce(&mut airlock_sandbox::SandboxRequest),
+) -> airlock_sandbox::SandboxSpec {
+    let mut req = airlock_sandbox::SandboxRequest {
+        argv: argv.iter().map(|s| s.to_string()).collect(),
+        timeout: Some(Duration::from_secs(60)),
+        timings: true,
+        ..Default::default()
+    };
+    f(&mut req);
+    airlock_sandbox::SandboxSpec::parse(req).unwrap()
+}
+
+fn pooled_broker(per_key: usize) -> airlock_sandbox::Broker {
+    airlock_sandbox::Broker::with_init_exe(airlock_bin())
+        .with_pool(per_key)
+        .unwrap()
+}
+
+/// The memory limit of the cgroup the process with `marker` in its command
+/// line is in, read on the host.
+fn memory_limit_of(marker: &str) -> Option<u64> {
+    for e in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Ok(cmd) = std::fs::read(e.path().join("cmdline")) else {
+            continue;
+        };
+        if !String::from_utf8_lossy(&cmd).contains(marker) {
+            continue;
+        }
+        let groups = std::fs::read_to_string(e.path().join("cgroup")).ok()?;
+        for line in groups.lines() {
+            let mut parts = line.splitn(3, ':');
+            let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+            let rel = path.trim_start_matches('/');
+            let file = if controllers.split(',').any(|c| c == "memory") {
+                Path::new("/sys/fs/cgroup/memory")
+                    .join(rel)
+                    .join("memory.limit_in_bytes")
+            } else if controllers.is_empty() {
+                Path::new("/sys/fs/cgroup/unified")
+                    .join(rel)
+                    .join("memory.max")
+            } else {
+                continue;
+            };
+            if let Some(v) = std::fs::read_to_string(file)
+                .ok()
+                .and_then(|v| v.trim().parse().ok())
+            {
+                return Some(v);
+            }
+        }
+    }
+    None
+}
+
+/// Launches `sh -c` waiting for `W/go` in a thread, reads the workload's
+/// cgroup memory limit on the host, then lets it finish.
+fn limit_seen_by_a_launch(broker: &airlock_sandbox::Broker, memory_mib: u64) -> u64 {
+    let w = workdir(Who::Invoker);
+    let wp = path_str(w.path()).to_string();
+    let marker = format!("pool-limit-{}-{memory_mib}", std::process::id());
+    let script = format!(
+        "i=0; while [ ! -e {wp}/go ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done # {marker}"
+    );
+    let s = spec(&["/bin/sh", "-c", &script], |r| {
+        r.writable = vec![w.path().to_path_buf()];
+        r.limits.memory_bytes = Some(memory_mib << 20);
+    });
+    let b = broker.clone();
+    let t = std::thread::spawn(move || b.run(&s));
+    let mut seen = None;
+    eventually("the workload to start", || {
+        seen = memory_limit_of(&marker);
+        seen.is_some()
+    });
+    std::fs::write(w.path().join("go"), "").unwrap();
+    let r = t.join().unwrap().unwrap();
+    assert_eq!(r.exit_code, Some(0), "{r:?}");
+    seen.unwrap()
+}
+
+/// A pooled sandbox is only ever handed to a launch with its own limits:
+/// with a sandbox ready for 64 MiB, a launch asking for 96 MiB starts cold
+/// and its workload's cgroup has 96 MiB (read on the host), and a launch
+/// asking for 64 MiB again takes the pooled one (control: the limit check
+/// can see a difference).
+#[test]
+fn sbx_pool_a_sandbox_built_for_other_limits_is_never_handed_out() {
+    if !require_root("cgroup limits read on the host") {
+        return;
+    }
+    let broker = pooled_broker(1);
+    assert_eq!(limit_seen_by_a_launch(&broker, 64), 64 << 20);
+    eventually("a sandbox for 64 MiB", || {
+        broker.pool_stats().unwrap().ready >= 1
+    });
+    let before = broker.pool_stats().unwrap();
+    assert_eq!(limit_seen_by_a_launch(&broker, 96), 96 << 20);
+    let after = broker.pool_stats().unwrap();
+    assert_eq!(after.pooled, before.pooled, "96 MiB took a 64 MiB sandbox");
+    assert_eq!(after.empty, before.empty + 1);
+    eventually("a sandbox for 64 MiB", || {
+        broker.pool_ready_pids().len() >= 2
+    });
+    assert_eq!(limit_seen_by_a_launch(&broker, 64), 64 << 20);
+    assert_eq!(broker.pool_stats().unwrap().pooled, after.pooled + 1);
+}
+
+/// A pooled sandbox killed while it waits is never handed out: the next
+/// launch starts cold and succeeds, and the filler builds a new one.
+#[test]
+fn sbx_pool_a_killed_pooled_sandbox_is_never_used_and_is_replaced() {
+    let broker = pooled_broker(1);
+    let s = spec(&["/bin/true"], |_| {});
+    assert_eq!(broker.run(&s).unwrap().exit_code, Some(0));
+    eventually("a ready sandbox", || broker.pool_ready_pids().len() == 1);
+    let victim = broker.pool_ready_pids()[0];
+    let before = broker.pool_stats().unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(victim as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    eventually("the victim to die", || !running(victim));
+    // The launch succeeds: handed the dead sandbox, it would have failed
+    // (nobody reads its spec). It starts cold, or — when the filler's own
+    // sweep found the dead one first — takes a replacement built since.
+    let r = broker.run(&s).unwrap();
+    assert_eq!(r.exit_code, Some(0));
+    let stages: Vec<&str> = r.timings.iter().map(|(s, _)| s.as_str()).collect();
+    let after = broker.pool_stats().unwrap();
+    assert!(after.dead > before.dead, "{after:?}");
+    assert!(
+        stages.contains(&"pool_empty") || after.built > before.built,
+        "{stages:?} {after:?}"
+    );
+    eventually("a replacement", || {
+        broker
+            .pool_ready_pids()
+            .first()
+            .is_some_and(|p| *p != victim)
+    });
+    let pooled = broker.pool_stats().unwrap().pooled;
+    let r = broker.run(&s).unwrap();
+    assert_eq!(r.exit_code, Some(0));
+    assert_eq!(broker.pool_stats().unwrap().pooled, pooled + 1);
+}
+
+/// A workload in a pooled sandbox cannot reach the sandboxes waiting in
+/// the pool: after a preflight proves it is in its own PID namespace (it
+/// sees only its sandbox's processes), it sends SIGKILL to every process
+/// it can (`kill -9 -1`), and the two waiting sandboxes live on and serve
+/// the next launches.
+#[test]
+fn sbx_pool_a_workload_cannot_signal_the_waiting_sandboxes() {
+    let broker = pooled_broker(3);
+    let s = spec(&["/bin/true"], |_| {});
+    assert_eq!(broker.run(&s).unwrap().exit_code, Some(0));
+    eventually("three ready sandboxes", || {
+        broker.pool_ready_pids().len() == 3
+    });
+    let waiting_before = broker.pool_ready_pids();
+    let attack = spec(
+        &[
+            "/bin/sh",
+            "-c",
+            // Preflight: PID 1 is this sandbox's init and at most a handful
+            // of processes are visible; otherwise refuse to attack.
+            "n=$(ls /proc | grep -c '^[0-9]'); \
+             if [ \"$n\" -gt 6 ] || ! tr '\\0' ' ' < /proc/1/cmdline | grep -q sandbox-init; then \
+               echo preflight-failed; exit 3; fi; \
+             sleep 100 & p=$!; kill -9 -1; wait $p; echo \"background=$?\"",
+        ],
+        |_| {},
+    );
+    let r = broker.run(&attack).unwrap();
+    assert!(!r.stdout.text().contains("preflight-failed"), "{r:?}");
+    // Control: the signal did kill what it could reach.
+    assert!(r.stdout.text().contains("background=137"), "{r:?}");
+    let stages: Vec<String> = r.timings.iter().map(|(s, _)| s.clone()).collect();
+    assert!(stages.iter().any(|s| s == "pool_taken"), "{stages:?}");
+    let still = broker
+        .pool_ready_pids()
+        .into_iter()
+        .filter(|p| waiting_before.contains(p) && running(*p))
+        .count();
+    assert_eq!(still, 2, "the attack reached a waiting sandbox");
+    let before = broker.pool_stats().unwrap();
+    for _ in 0..2 {
+        assert_eq!(broker.run(&s).unwrap().exit_code, Some(0));
+    }
+    assert_eq!(broker.pool_stats().unwrap().dead, before.dead);
+}
+
+/// Processes on the host whose command line contains `marker`.
+fn host_processes_with(marker: &str) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).contains(marker))
+                && running(*pid)
+        })
+        .collect()
+}
+
+/// A pooled sandbox holds what a cold one holds, and its launch reports
+/// only once nothing of it is left: the workload starts a `setsid` daemon
+/// (control: the daemon did start and wrote its file), tries to write to
+/// `/` and `/usr`, looks for a file planted in the host's `/tmp` and for
+/// the pool's own root directories, and counts the processes it sees. When
+/// `--repeat` returns (the first launch cold, the second pooled), no
+/// process of either daemon is left on the host.
+fn sbx_pool_a_pooled_sandbox_holds_and_leaves_nothing_behind(who: Who) {
+    let w = workdir(who);
+    let wp = path_str(w.path());
+    let marker = format!("pool-daemon-{}-{}", std::process::id(), uid_of(who));
+    let canary = tempfile::Builder::new()
+        .prefix("airlock-itest-host-canary-")
+        .tempfile()
+        .unwrap();
+    let script = format!(
+        r#"W={wp}
+t=$(cat /proc/sys/kernel/random/uuid)
+setsid sh -c "echo started-$t >> {wp}/daemon; sleep 300; : {marker}" </dev/null >/dev/null 2>&1 &
+i=0; while ! grep -q "started-$t" {wp}/daemon 2>/dev/null && [ $i -lt 3000 ]; do sleep 0.01; i=$((i+1)); done
+touch /x 2>/dev/null && echo WROTE-ROOT
+touch /usr/x 2>/dev/null && echo WROTE-USR
+test -e {canary} && echo SAW-HOST-TMP
+ls -d /tmp/airlock-*-scratch 2>/dev/null && echo SAW-POOL-DIR
+echo "n=$(ls /proc | grep -c '^[0-9]')"
+echo done
+"#,
+        canary = path_str(canary.path()),
+    );
+    let summary = repeat(
+        who,
+        &[
+            "--repeat",
+            "2",
+            "--pool",
+            "1",
+            "--pool-wait",
+            "--writable",
+            wp,
+        ],
+        &["/bin/sh", "-c", &script],
+    );
+    assert_eq!(summary["failed"], 0, "{summary}");
+    assert_eq!(summary["pooled"], 1, "{summary}");
+    let out = summary["last"]["stdout"].as_str().unwrap();
+    assert!(out.contains("done"), "{summary}");
+    for bad in ["WROTE-ROOT", "WROTE-USR", "SAW-HOST-TMP", "SAW-POOL-DIR"] {
+        assert!(!out.contains(bad), "{bad}: {out}");
+    }
+    let n: u32 = out
+        .lines()
+        .find_map(|l| l.strip_prefix("n="))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap();
+    assert!(n <= 8, "the sandbox sees {n} processes: {out}");
+    // Control: both daemons started.
+    let started = std::fs::read_to_string(w.path().join("daemon")).unwrap();
+    assert_eq!(started.matches("started").count(), 2, "{started}");
+    let left = host_processes_with(&marker);
+    let about: Vec<String> = left
+        .iter()
+        .map(|p| {
+            format!(
+                "{p}: {} ns {:?} cmdline {:?}",
+                std::fs::read_to_string(format!("/proc/{p}/status"))
+                    .unwrap_or_default()
+                    .lines()
+                    .filter(|l| l.starts_with("PPid")
+                        || l.starts_with("State")
+                        || l.starts_with("NSpid"))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                std::fs::read_link(format!("/proc/{p}/ns/pid")),
+                String::from_utf8_lossy(
+                    &std::fs::read(format!("/proc/{p}/cmdline")).unwrap_or_default()
+                )
+            )
+        })
+        .collect();
+    assert!(left.is_empty(), "{about:#?}");
+}
+both_users!(sbx_pool_a_pooled_sandbox_holds_and_leaves_nothing_behind);
+
+/// Whether SIGKILL is pending for process `pid` (thread or process-wide).
+fn sigkill_pending(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| {
+            l.strip_prefix("SigPnd:")
+                .or_else(|| l.strip_prefix("ShdPnd:"))
+        })
+        .filter_map(|v| u64::from_str_radix(v.trim(), 16).ok())
+        .any(|mask| mask & (1 << (9 - 1)) != 0)
+}
+
+/// Children of `parent` that are sandbox inits.
+fn sandbox_inits_of(parent: u32) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            let ppid = stat
+                .rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<u32>().ok());
+            ppid == Some(parent)
+                && std::fs::read(format!("/proc/{pid}/cmdline"))
+                    .is_ok_and(|c| String::from_utf8_lossy(&c).contains("sandbox-init"))
+        })
+        .collect()
+}
+
+/// SBX-4: a broker killed with SIGKILL takes its sandboxes with it — a
+/// cold one, one at the fallback level, a pooled one running a workload
+/// and one waiting in the pool — also as root, whose inits change ids
+/// (which clears the parent-death signal: they set it again). Control:
+/// every workload and the waiting sandbox were running before the kill.
+/// (A broker started later would also remove a dead broker's cgroups; run
+/// alone, this test fails without the re-armed signal.)
+fn sbx_4_a_broker_killed_with_sigkill_takes_its_sandboxes_with_it(who: Who) {
+    let w = workdir(who);
+    let wp = path_str(w.path());
+    let marker = |n: u32| format!("{}.{}{n}", 9000 + uid_of(who) % 1000, std::process::id());
+    let cases: Vec<(String, Vec<String>, bool)> = vec![
+        (
+            marker(1),
+            vec![
+                "sandbox".into(),
+                "exec".into(),
+                "--".into(),
+                "sleep".into(),
+                marker(1),
+            ],
+            false,
+        ),
+        (
+            marker(2),
+            vec![
+                "sandbox".into(),
+                "exec".into(),
+                "--driver".into(),
+                "landlock".into(),
+                "--".into(),
+                "sleep".into(),
+                marker(2),
+            ],
+            false,
+        ),
+        (
+            marker(3),
+            vec![
+                "sandbox".into(),
+                "exec".into(),
+                "--repeat".into(),
+                "2".into(),
+                "--pool".into(),
+                "2".into(),
+                "--pool-wait".into(),
+                "--writable".into(),
+                wp.into(),
+                "--".into(),
+                "/bin/sh".into(),
+                "-c".into(),
+                format!(
+                    "test -e {wp}/first || {{ touch {wp}/first; exit 0; }}; exec sleep {}",
+                    marker(3)
+                ),
+            ],
+            true,
+        ),
+    ];
+    for (mark, args, pooled) in cases {
+        let mut child = airlock(who)
+            .args(&args)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        // With setpriv, the broker is setpriv's exec: the same process.
+        let broker = child.id();
+        // The workload's command line is exactly `sleep MARK`.
+        let sleeper = format!("sleep\0{mark}\0");
+        let sleepers = || {
+            host_processes_with(&sleeper)
+                .into_iter()
+                .filter(|p| {
+                    std::fs::read(format!("/proc/{p}/cmdline"))
+                        .is_ok_and(|c| c.starts_with(sleeper.as_bytes()))
+                })
+                .count()
+        };
+        eventually("the workload to run", || sleepers() == 1);
+        let mut waiting = sandbox_inits_of(broker);
+        if pooled {
+            eventually("a sandbox waiting in the pool", || {
+                // The running launch's init and at least one waiting.
+                waiting = sandbox_inits_of(broker);
+                waiting.len() >= 2
+            });
+        }
+        assert!(!waiting.is_empty(), "no sandbox init under the broker");
+        child.kill().unwrap();
+        child.wait().unwrap();
+        // The parent-death signal is sent while the broker exits, before
+        // it can be reaped: by now every init is dead or has SIGKILL
+        // pending. (Without the signal it would still be running, and only
+        // a later broker's sweep of dead brokers' cgroups would end it.)
+        for init in &waiting {
+            assert!(
+                !running(*init) || sigkill_pending(*init),
+                "sandbox init {init} outlived its broker ({mark})"
+            );
+        }
+        eventually("the sandbox to die with its broker", || {
+            host_processes_with(&sleeper).is_empty() && waiting.iter().all(|p| !running(*p))
+        });
+    }
+}
+both_users!(sbx_4_a_broker_killed_with_sigkill_takes_its_sandboxes_with_it);
+
+/// Egress from a pooled sandbox: its listener (created in a namespace built
+/// before the launch) is handed to the launch's own proxy, which applies
+/// the launch's policy: the allowed upstream answers through it, twice in
+/// a row from pooled sandboxes. Control: the same pooled launches without
+/// `--allow` are refused by the proxy.
+fn sbx_pool_a_pooled_sandbox_reaches_only_what_its_launch_allows(who: Who) {
+    let up = crate::suite::upstream::start();
+    let allow = format!("http://127.0.0.1:{}", up.port);
+    let url = format!("http://127.0.0.1:{}/hello", up.port);
+    let fetch = crate::suite::egress::FETCH;
+    let opts = ["--repeat", "3", "--pool", "1", "--pool-wait"];
+    let allowed = repeat(
+        who,
+        &[&opts[..], &["--allow", &allow]].concat(),
+        &["/usr/bin/python3", "-c", fetch, &url],
+    );
+    assert_eq!(allowed["failed"], 0, "{allowed}");
+    assert_eq!(allowed["pooled"], 2, "{allowed}");
+    assert_eq!(
+        allowed["last"]["stdout"].as_str().unwrap().trim(),
+        "200 - hello from upstream",
+        "{allowed}"
+    );
+    let refused = repeat(
+        who,
+        &[&opts[..], &["--egress-policy", "/dev/null"]].concat(),
+        &["/usr/bin/python3", "-c", fetch, &url],
+    );
+    assert_eq!(refused["pooled"], 2, "{refused}");
+    assert!(
+        refused["last"]["stdout"]
+            .as_str()
+            .unwrap()
+            .starts_with("403 ip_literal_not_allowed"),
+        "{refused}"
+    );
+}
+both_users!(sbx_pool_a_pooled_sandbox_reaches_only_what_its_launch_allows);
