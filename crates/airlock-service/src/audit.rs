@@ -64,10 +64,26 @@ pub(crate) async fn verify_rows(
     workspace: &str,
     page: i64,
     mut v: Verifier,
-    mut after: i64,
+    after: i64,
 ) -> Result<std::result::Result<VerifySummary, u64>> {
+    // The next page is read while this one is checked: reading (the
+    // database driver's thread) and hashing (this one) overlap.
+    let fetch = |after: i64| {
+        let (store, workspace) = (store.clone(), workspace.to_string());
+        tokio::spawn(async move { store.audit_rows(&workspace, after, page).await })
+    };
+    let mut next = fetch(after);
     loop {
-        let rows = store.audit_rows(workspace, after, page).await.svc()?;
+        let rows = next
+            .await
+            .map_err(|e| Error::internal(format!("audit read task: {e}")))?
+            .svc()?;
+        let full = i64::try_from(rows.len()) == Ok(page);
+        if let (true, Some(last)) = (full, rows.last()) {
+            next = fetch(last.seq);
+        } else {
+            next = tokio::spawn(async { Ok(Vec::new()) });
+        }
         for row in &rows {
             match v.push_line(&row.line) {
                 Err(e) => return Ok(Err(e.first_bad_seq())),
@@ -83,9 +99,8 @@ pub(crate) async fn verify_rows(
                 Ok(None) => {}
             }
         }
-        match rows.last() {
-            Some(last) if i64::try_from(rows.len()) == Ok(page) => after = last.seq,
-            _ => break,
+        if !full {
+            break;
         }
     }
     Ok(v.finish().map_err(|e| e.first_bad_seq()))
