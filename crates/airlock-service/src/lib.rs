@@ -49,7 +49,7 @@ pub use airlock_store::{ActionEnd, CANCEL_BY_EMERGENCY_STOP};
 pub use audit::{AuditLog, SYSTEM_AUDIT, verify_lines};
 pub use auth::Authenticated;
 pub use caller::{Actor, Caller, ClientInfo, Credential, OPERATOR, Operation, Principal, Via};
-pub use config::{Config, IdentityConfig, Quotas};
+pub use config::{Config, DEFAULT_DRAIN_GRACE, IdentityConfig, Quotas};
 pub use error::Result;
 pub use events::{EventFollower, Followed, MAX_LOG_BYTES};
 pub use identity::*;
