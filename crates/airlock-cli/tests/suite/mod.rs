@@ -2,6 +2,7 @@ mod agents;
 mod approvals;
 mod browser;
 mod docs;
+mod drain;
 mod egress;
 mod iam;
 mod json;

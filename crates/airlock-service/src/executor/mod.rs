@@ -132,9 +132,22 @@ impl Service {
             if *stop.borrow() {
                 break;
             }
-            let Ok(permit) = slots.clone().acquire_owned().await else {
+            // Waiting for a free slot must not outlast a stop: the drain
+            // starts at once, and no run is claimed after it.
+            let permit = tokio::select! {
+                p = slots.clone().acquire_owned() => p,
+                r = stop.changed() => match r {
+                    Ok(()) => continue,
+                    // No one can stop us any more: just wait for a slot.
+                    Err(_) => slots.clone().acquire_owned().await,
+                },
+            };
+            let Ok(permit) = permit else {
                 break;
             };
+            if *stop.borrow() {
+                break;
+            }
             // RUN-7: skip workers already at their own cap. Without the
             // counts the caps cannot be honoured: claim nothing this round.
             let claim = match self.store.running_per_worker().await {
@@ -369,6 +382,9 @@ impl Service {
         if let Err(e) = self.hand_back_if_draining(cx).await {
             return Ok(e);
         }
+        // The crash matrix (DUR-2): killed holding a claim, before anything
+        // started.
+        crate::agent::crash_point("after_claim");
         let authorised = self.authorise(&cx.claim.run).await?;
         if authorised.bundle.manifest.agent().is_some() {
             return self.run_agent(cx, authorised).await;
