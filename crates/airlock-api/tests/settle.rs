@@ -6,6 +6,7 @@
 //! same `not_found` as a missing one; each settlement is in the audit
 //! chain with its actor and reason. The `unknown` run is made the way the
 //! reaper makes one: claimed, its workload started, its lease lapsed.
+//! The happy paths run on SQLite and on PostgreSQL.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -14,7 +15,7 @@ use std::time::Duration;
 
 use airlock_store::RunState;
 use axum::http::StatusCode;
-use common::{Cred, Harness};
+use common::{Cred, Db, Harness, on_both_backends};
 use serde_json::{Value, json};
 
 /// A run of `hello` in the caller's workspace, left `unknown` by the
@@ -76,9 +77,9 @@ async fn user_id(h: &Harness, who: &Cred) -> String {
     r.body["user"]["id"].as_str().unwrap().to_string()
 }
 
-#[tokio::test]
-async fn dur_2_retry_queues_an_unknown_run_again_audited_with_actor_and_reason() {
-    let h = Harness::new().await;
+on_both_backends!(dur_2_retry_queues_an_unknown_run_again_audited_with_actor_and_reason);
+async fn dur_2_retry_queues_an_unknown_run_again_audited_with_actor_and_reason(db: Db) {
+    let h = Harness::builder().db(db).build().await;
     let owner = h.bootstrap_owner().await;
     let id = unknown_run(&h, &owner, None).await;
     let r = h
@@ -125,9 +126,9 @@ async fn dur_2_retry_queues_an_unknown_run_again_audited_with_actor_and_reason()
     assert_eq!(audit_of(&h, &owner, "run.retried", &id).await.len(), 1);
 }
 
-#[tokio::test]
-async fn dur_2_resolve_closes_an_unknown_run_as_failed_or_succeeded_with_a_reason() {
-    let h = Harness::new().await;
+on_both_backends!(dur_2_resolve_closes_an_unknown_run_as_failed_or_succeeded_with_a_reason);
+async fn dur_2_resolve_closes_an_unknown_run_as_failed_or_succeeded_with_a_reason(db: Db) {
+    let h = Harness::builder().db(db).build().await;
     let owner = h.bootstrap_owner().await;
     for (outcome, code) in [("failed", json!("abandoned")), ("succeeded", Value::Null)] {
         let id = unknown_run(&h, &owner, None).await;
