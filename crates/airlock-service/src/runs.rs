@@ -36,7 +36,7 @@ fn check_reason(r: &str) -> Result<()> {
 /// The run a settlement left, or `run_not_unknown` naming its state.
 fn settled_run(s: Settled, verb: &str) -> Result<Run> {
     match s {
-        Settled::Done(run) => Ok(run),
+        Settled::Done(run) => Ok(*run),
         Settled::NotUnknown(state) => Err(Error::new(
             ErrorCode::RunNotUnknown,
             format!(

@@ -14,7 +14,7 @@ use crate::{RunRecord, RunState};
 #[derive(Debug, Clone)]
 pub enum Settled {
     /// The run as it is now.
-    Done(RunRecord),
+    Done(Box<RunRecord>),
     /// The run is not `unknown` (its state now): nothing changed.
     NotUnknown(RunState),
 }
@@ -93,7 +93,7 @@ impl Store {
         .await?;
         self.notify_queued(&mut tx, run_id).await?;
         tx.commit().await?;
-        Ok(Settled::Done(run))
+        Ok(Settled::Done(Box::new(run)))
     }
 
     /// Resolve: a person says how an `unknown` run ended. The run keeps
@@ -148,7 +148,7 @@ impl Store {
         )
         .await?;
         tx.commit().await?;
-        Ok(Settled::Done(run))
+        Ok(Settled::Done(Box::new(run)))
     }
 }
 
