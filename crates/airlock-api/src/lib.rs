@@ -105,6 +105,7 @@ pub fn status_of(code: ErrorCode) -> StatusCode {
         | C::PlanRefused
         | C::NoWebhookTrigger
         | C::TriggerNotDeclared
+        | C::RunNotUnknown
         | C::ApprovalNotPending
         | C::ApprovalExpired
         | C::ApprovalHashMismatch

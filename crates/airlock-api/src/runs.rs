@@ -5,8 +5,8 @@ use std::convert::Infallible;
 use std::time::Duration;
 
 use airlock_protocol::runs::{
-    Cancelled, CreatePlan, CreateRun, ListRuns, PlanCreated, RunCreated, RunDetail, RunList,
-    RunPlan, StreamEvent,
+    Cancelled, CreatePlan, CreateRun, ListRuns, PlanCreated, ResolveRun, RetryRun, Run, RunCreated,
+    RunDetail, RunList, RunPlan, StreamEvent,
 };
 use airlock_protocol::{Error, ErrorBody, ErrorCode};
 use airlock_service::{Followed, RunOptions};
@@ -27,6 +27,8 @@ pub(crate) fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(list_runs))
         .routes(routes!(get_run))
         .routes(routes!(cancel_run))
+        .routes(routes!(retry_run))
+        .routes(routes!(resolve_run))
         .routes(routes!(run_events))
         .routes(routes!(run_logs))
         .routes(routes!(create_plan))
@@ -98,6 +100,31 @@ async fn cancel_run(
     Path(id): Path<String>,
 ) -> Result<Json<Cancelled>, ApiError> {
     Ok(Json(s.service.cancel_run(&c, &id).await?))
+}
+
+/// DUR-2: queue a run whose outcome is `unknown` again, for a new attempt.
+#[utoipa::path(post, path = "/v1/runs/{id}/retry", tag = "runs", params(("id" = String, Path, description = "run id")), request_body = RetryRun, responses((status = 200, description = "the run, queued again", body = Run), (status = 409, description = "run_not_unknown: the run is not `unknown`", body = ErrorBody), (status = "4XX", description = "error", body = ErrorBody), (status = "5XX", description = "internal error", body = ErrorBody)))]
+async fn retry_run(
+    State(s): State<AppState>,
+    InWorkspace(c): InWorkspace,
+    Path(id): Path<String>,
+    b: JsonBody<RetryRun>,
+) -> Result<Json<Run>, ApiError> {
+    let b = body(b)?;
+    Ok(Json(s.service.retry_run(&c, &id, &b).await?))
+}
+
+/// DUR-2: settle a run whose outcome is `unknown` as `succeeded` or
+/// `failed`, with a reason.
+#[utoipa::path(post, path = "/v1/runs/{id}/resolve", tag = "runs", params(("id" = String, Path, description = "run id")), request_body = ResolveRun, responses((status = 200, description = "the run, resolved", body = Run), (status = 409, description = "run_not_unknown: the run is not `unknown`", body = ErrorBody), (status = "4XX", description = "error", body = ErrorBody), (status = "5XX", description = "internal error", body = ErrorBody)))]
+async fn resolve_run(
+    State(s): State<AppState>,
+    InWorkspace(c): InWorkspace,
+    Path(id): Path<String>,
+    b: JsonBody<ResolveRun>,
+) -> Result<Json<Run>, ApiError> {
+    let b = body(b)?;
+    Ok(Json(s.service.resolve_run(&c, &id, &b).await?))
 }
 
 /// API-6: live events over SSE, resumable with `Last-Event-ID`; each

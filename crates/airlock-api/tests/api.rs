@@ -152,6 +152,8 @@ async fn api_1_the_openapi_document_and_the_router_describe_the_same_routes() {
         ("GET", "/v1/runs"),
         ("GET", "/v1/runs/{id}"),
         ("POST", "/v1/runs/{id}/cancel"),
+        ("POST", "/v1/runs/{id}/retry"),
+        ("POST", "/v1/runs/{id}/resolve"),
         ("GET", "/v1/runs/{id}/events"),
         ("GET", "/v1/runs/{id}/artifacts/{name}"),
         ("POST", "/v1/plans"),

@@ -75,6 +75,12 @@ fn protected_routes() -> Vec<(&'static str, &'static str, Option<Value>)> {
         ("GET", "/v1/runs", None),
         ("GET", "/v1/runs/run_x", None),
         ("POST", "/v1/runs/run_x/cancel", None),
+        ("POST", "/v1/runs/run_x/retry", Some(json!({}))),
+        (
+            "POST",
+            "/v1/runs/run_x/resolve",
+            Some(json!({"outcome": "failed", "reason": "x"})),
+        ),
         ("GET", "/v1/runs/run_x/events", None),
         ("GET", "/v1/runs/run_x/artifacts/out.txt", None),
         ("POST", "/v1/plans", Some(json!({"worker": "hello"}))),

@@ -15,8 +15,8 @@ use airlock_protocol::approvals::{
 use airlock_protocol::emergency::{EmergencyState, StopRequest, Stopped};
 use airlock_protocol::models::{ModelProfile, ModelProfileList, PutModelProfile};
 use airlock_protocol::runs::{
-    Cancelled, CreatePlan, CreateRun, ListRuns, PlanCreated, Run, RunCreated, RunDetail, RunEvent,
-    RunList, RunPlan,
+    Cancelled, CreatePlan, CreateRun, ListRuns, PlanCreated, ResolveRun, RetryRun, Run, RunCreated,
+    RunDetail, RunEvent, RunList, RunPlan,
 };
 use airlock_protocol::secrets::{PutSecret, SecretList, SecretStored};
 use airlock_service::{Caller, Followed, RunOptions, Service};
@@ -191,6 +191,36 @@ impl Door {
                     &format!("/v1/runs/{}/cancel", encode(id)),
                     &[],
                     None::<&()>,
+                )
+                .await?
+                .json(),
+        }
+    }
+
+    pub async fn retry_run(&self, id: &str, b: &RetryRun) -> Result<Run, Error> {
+        match self {
+            Door::Local { svc, caller } => svc.retry_run(caller, id, b).await,
+            Door::Remote(r) => r
+                .request(
+                    "POST",
+                    &format!("/v1/runs/{}/retry", encode(id)),
+                    &[],
+                    Some(b),
+                )
+                .await?
+                .json(),
+        }
+    }
+
+    pub async fn resolve_run(&self, id: &str, b: &ResolveRun) -> Result<Run, Error> {
+        match self {
+            Door::Local { svc, caller } => svc.resolve_run(caller, id, b).await,
+            Door::Remote(r) => r
+                .request(
+                    "POST",
+                    &format!("/v1/runs/{}/resolve", encode(id)),
+                    &[],
+                    Some(b),
                 )
                 .await?
                 .json(),

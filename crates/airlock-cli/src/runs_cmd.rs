@@ -5,7 +5,9 @@
 use std::io::Write;
 use std::process::ExitCode;
 
-use airlock_protocol::runs::{CreatePlan, ListRuns, RunDetail, RunEvent, RunState};
+use airlock_protocol::runs::{
+    CreatePlan, ListRuns, ResolveRun, RetryRun, Run, RunDetail, RunEvent, RunResolution, RunState,
+};
 use clap::{Args, Subcommand};
 
 use crate::common::{Paths, err, fail, parse_input, with_door};
@@ -143,6 +145,21 @@ async fn wait(
     door.wait(id, sink).await
 }
 
+/// A retried or resolved run: `ID STATE`, or the run as JSON.
+fn print_settled(r: Result<Run, airlock_protocol::Error>, json: bool) -> ExitCode {
+    match r {
+        Ok(run) if json => {
+            println!("{}", serde_json::to_value(&run).unwrap_or_default());
+            ExitCode::SUCCESS
+        }
+        Ok(run) => {
+            println!("{} {}", run.id, run.state.as_str());
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail(&e),
+    }
+}
+
 fn print_run(d: &RunDetail, json: bool) {
     if json {
         println!("{}", serde_json::to_value(d).unwrap_or_default());
@@ -241,6 +258,34 @@ pub enum RunsCommand {
     /// Cancel (idempotent): queued or waiting never starts, running is killed.
     Cancel {
         id: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Retry a run whose outcome is `unknown` (DUR-2): it is queued again
+    /// for a new attempt. Only `unknown` runs; audited with who and why.
+    Retry {
+        id: String,
+        /// Why (recorded in the audit log).
+        #[arg(long)]
+        reason: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Settle by hand a run whose outcome is `unknown` (`--as succeeded|
+    /// failed`), or with `--action ID` an agent action in
+    /// `outcome_unknown` (`--as executed|not_executed`; the run resumes
+    /// without running it again). Audited with who and why.
+    Resolve {
+        id: String,
+        /// The agent action to settle instead of the run.
+        #[arg(long)]
+        action: Option<String>,
+        /// A run: succeeded or failed; an action: executed or not_executed.
+        #[arg(long = "as", value_parser = ["succeeded", "failed", "executed", "not_executed"])]
+        outcome: String,
+        /// Why (required; recorded on the run and in the audit log).
+        #[arg(long)]
+        reason: String,
         #[arg(long)]
         json: bool,
     },
@@ -391,6 +436,61 @@ pub fn runs(paths: &Paths, cmd: &RunsCommand) -> ExitCode {
                 }
                 Err(e) => fail(&e),
             }
+        }
+        RunsCommand::Retry { id, reason, json } => {
+            let b = RetryRun {
+                reason: reason.clone(),
+            };
+            print_settled(door.retry_run(id, &b).await, *json)
+        }
+        RunsCommand::Resolve {
+            id,
+            action: Some(action),
+            outcome,
+            reason,
+            json,
+        } => {
+            use airlock_protocol::actions::{SettleAction, Settlement};
+            // The journal's own settlement (`runs settle`), named for a
+            // person: executed = it took effect, not_executed = it did not.
+            let outcome = match outcome.as_str() {
+                "executed" => Settlement::Succeeded,
+                "not_executed" => Settlement::Failed,
+                _ => return err("an action is resolved --as executed or --as not_executed"),
+            };
+            let b = SettleAction {
+                outcome,
+                note: Some(reason.clone()),
+            };
+            match door.settle_action(id, action, &b).await {
+                Ok(a) if *json => {
+                    println!("{}", serde_json::to_value(&a).unwrap_or_default());
+                    ExitCode::SUCCESS
+                }
+                Ok(a) => {
+                    println!("{} {}", a.id, a.state.as_str());
+                    ExitCode::SUCCESS
+                }
+                Err(e) => fail(&e),
+            }
+        }
+        RunsCommand::Resolve {
+            id,
+            action: None,
+            outcome,
+            reason,
+            json,
+        } => {
+            let outcome = match outcome.as_str() {
+                "succeeded" => RunResolution::Succeeded,
+                "failed" => RunResolution::Failed,
+                _ => return err("a run is resolved --as succeeded or --as failed"),
+            };
+            let b = ResolveRun {
+                outcome,
+                reason: reason.clone(),
+            };
+            print_settled(door.resolve_run(id, &b).await, *json)
         }
         RunsCommand::Cancel { id, json } => match door.cancel_run(id).await {
             Ok(c) if *json => {

@@ -68,6 +68,15 @@ pub struct UpArgs {
     /// Sustained writes per second per API key or session (burst: 4×).
     #[arg(long, env = "AIRLOCK_RATE_WRITES_PER_S", default_value_t = 30)]
     rate_writes_per_s: u32,
+    /// SIGTERM/Ctrl-C drain (DUR-2): how long running runs may go on
+    /// finishing after the server stops claiming (`30s`, `2m`, `500ms`, or
+    /// seconds). Claimed runs that have not started are handed back at
+    /// once; when the grace ends, running sandboxes are stopped and their
+    /// runs settled: requeued (not started, or an idempotent worker's first
+    /// attempt), else `unknown`; an agent's action in flight becomes
+    /// `outcome_unknown`.
+    #[arg(long, env = "AIRLOCK_DRAIN_GRACE", default_value = "30s", value_parser = parse_grace)]
+    drain_grace: Duration,
     /// Do not serve MCP at `/mcp`.
     #[arg(long, env = "AIRLOCK_NO_MCP")]
     no_mcp: bool,
@@ -103,6 +112,7 @@ pub fn up(paths: &Paths, a: &UpArgs) -> ExitCode {
     cfg.sandbox_pool = a.sandbox_pool.min(16);
     cfg.identity.idle_timeout = Duration::from_secs(a.session_idle_minutes.clamp(1, 525_600) * 60);
     cfg.identity.absolute_timeout = absolute;
+    cfg.drain_grace = a.drain_grace;
     cfg.quotas.runs_per_user_per_day = a.quota_runs_per_user_day;
     cfg.quotas.runs_per_workspace_per_day = a.quota_runs_per_workspace_day;
     let http = airlock_api::auth::HttpConfig {
@@ -264,6 +274,8 @@ async fn serve(
     let app = airlock_api::app_with_fronts(state, fronts)
         .layer(axum::middleware::from_fn(access_log))
         .into_make_service_with_connect_info::<std::net::SocketAddr>();
+    let stop_tx = std::sync::Arc::new(stop_tx);
+    let stop_on_signal = stop_tx.clone();
     let shutdown = async move {
         let mut term =
             tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
@@ -274,13 +286,19 @@ async fn serve(
         if let Some(t) = mcp_stop {
             t.cancel();
         }
+        // SIGTERM drain (DUR-2): stop claiming at once, while the HTTP
+        // side finishes its open requests; the executor hands back what
+        // has not started and gives running work its grace period.
+        eprintln!("airlock: draining: no new runs are claimed");
+        let _ = stop_on_signal.send(true);
     };
     let served = axum::serve(listener, app)
         .with_graceful_shutdown(shutdown)
         .await;
-    // SIGTERM drain: stop claiming; running work finishes (DUR-2).
+    // Also when the listener failed without a signal.
     let _ = stop_tx.send(true);
     let _ = executor.await;
+    eprintln!("airlock: drained");
     reaper.abort();
     scheduler.abort();
     checkpointer.abort();
@@ -302,6 +320,28 @@ async fn serve(
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => err(e),
     }
+}
+
+/// A duration: `30s`, `2m`, `500ms`, or a number of seconds.
+fn parse_grace(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let (num, unit) = match s.find(|c: char| !c.is_ascii_digit()) {
+        Some(i) => s.split_at(i),
+        None => (s, "s"),
+    };
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a duration (e.g. 30s, 2m, 500ms)"))?;
+    let d = match unit {
+        "ms" => Duration::from_millis(n),
+        "s" => Duration::from_secs(n),
+        "m" => Duration::from_secs(n.saturating_mul(60)),
+        _ => return Err(format!("{s:?} is not a duration (e.g. 30s, 2m, 500ms)")),
+    };
+    if d > Duration::from_secs(24 * 3600) {
+        return Err("the drain grace is at most 24h".into());
+    }
+    Ok(d)
 }
 
 /// `{"event":"request", request_id, method, path, status, ms}` on stderr.

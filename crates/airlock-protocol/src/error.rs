@@ -75,6 +75,7 @@ error_codes! {
     InvalidIdempotencyKey = "invalid_idempotency_key": "the idempotency key must be 1 to 255 printable ASCII characters",
     PlanRefused = "plan_refused": "the plan token is unknown, used, expired, or the worker changed since planning",
     NoWebhookTrigger = "no_webhook_trigger": "the worker declares no webhook trigger",
+    RunNotUnknown = "run_not_unknown": "only a run whose outcome is unknown can be retried or resolved",
     TriggerNotDeclared = "trigger_not_declared": "the worker does not declare a trigger for runs from this source (e.g. no manual trigger)",
     // Approvals, agent actions and the emergency stop.
     ApprovalNotPending = "approval_not_pending": "the approval was already decided, used, expired or cancelled (a replay is refused)",

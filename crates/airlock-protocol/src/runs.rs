@@ -215,6 +215,45 @@ pub struct Cancelled {
     pub state: RunState,
 }
 
+/// Body of `POST /v1/runs/{id}/retry`: queue an `unknown` run again for a
+/// new attempt (DUR-2).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RetryRun {
+    /// Why (recorded in the audit chain). At most 1000 characters; no
+    /// control characters but newline and tab.
+    #[serde(default)]
+    #[schema(
+        max_length = 1000,
+        pattern = "^[^\\u0000-\\u0008\\u000b-\\u001f\\u007f-\\u009f]*$"
+    )]
+    pub reason: Option<String>,
+}
+
+/// How a person says an `unknown` run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum RunResolution {
+    Succeeded,
+    Failed,
+}
+
+/// Body of `POST /v1/runs/{id}/resolve`: settle an `unknown` run by hand
+/// (DUR-2).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ResolveRun {
+    pub outcome: RunResolution,
+    /// Why (required; recorded on the run and in the audit chain). 1 to
+    /// 1000 characters; no control characters but newline and tab.
+    #[schema(
+        min_length = 1,
+        max_length = 1000,
+        pattern = "^[^\\u0000-\\u0008\\u000b-\\u001f\\u007f-\\u009f]*$"
+    )]
+    pub reason: String,
+}
+
 /// A page of a run's events, in order.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct EventPage {

@@ -62,6 +62,9 @@ impl Quotas {
     }
 }
 
+/// The SIGTERM drain's default grace period (`airlock up --drain-grace`).
+pub const DEFAULT_DRAIN_GRACE: Duration = Duration::from_secs(30);
+
 /// How a service runs.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -72,6 +75,10 @@ pub struct Config {
     /// Global cap on concurrently executing runs on this node (RUN-7).
     pub max_concurrent: usize,
     pub lease: Duration,
+    /// SIGTERM drain (DUR-2): how long running runs may go on finishing
+    /// after the executor stops claiming; then their sandboxes are
+    /// stopped and they are settled.
+    pub drain_grace: Duration,
     /// Operator egress policy (channels live here).
     pub egress_policy: Option<PathBuf>,
     pub driver: DriverChoice,
@@ -107,6 +114,7 @@ impl Config {
             node_id: format!("node-{}", hostname()),
             max_concurrent: 4,
             lease: Duration::from_secs(30),
+            drain_grace: DEFAULT_DRAIN_GRACE,
             egress_policy: None,
             driver: DriverChoice::Auto,
             key_dir: data_dir.join("keys"),

@@ -52,7 +52,7 @@ pub use audit::{AuditLog, SYSTEM_AUDIT, verify_lines};
 pub use auth::Authenticated;
 pub use caller::{Actor, Caller, ClientInfo, Credential, OPERATOR, Operation, Principal, Via};
 pub use checkpoints::{CHECKPOINTS_DIR, Checkpoints, SIGNING_KEY_FILE};
-pub use config::{Config, IdentityConfig, Quotas};
+pub use config::{Config, DEFAULT_DRAIN_GRACE, IdentityConfig, Quotas};
 pub use error::Result;
 pub use events::{EventFollower, Followed, MAX_LOG_BYTES};
 pub use identity::*;

@@ -8,15 +8,44 @@ use std::time::Duration;
 
 use airlock_iam::Permission;
 use airlock_protocol::runs::{
-    Cancelled, CreatePlan, ListRuns, Plan, PlanCreated, Run, RunDetail, RunList,
+    Cancelled, CreatePlan, ListRuns, Plan, PlanCreated, ResolveRun, RetryRun, Run, RunDetail,
+    RunList, RunResolution,
 };
 use airlock_protocol::{Error, ErrorCode, MAX_PAGE};
-use airlock_store::{Created, NewRun};
+use airlock_store::{Created, NewRun, Resolution, Settled};
 use airlock_worker::Bundle;
 
 use crate::caller::{Actor, Caller};
 use crate::error::{Result, StoreResultExt};
 use crate::service::{Service, sha256_file};
+
+/// A settlement's reason: at most 1000 characters, no control characters
+/// but newline and tab.
+fn check_reason(r: &str) -> Result<()> {
+    if r.chars().count() > airlock_protocol::approvals::MAX_NOTE_CHARS
+        || r.chars()
+            .any(|ch| ch.is_control() && ch != '\n' && ch != '\t')
+    {
+        return Err(Error::invalid_body(
+            "reason is at most 1000 characters without control characters",
+        ));
+    }
+    Ok(())
+}
+
+/// The run a settlement left, or `run_not_unknown` naming its state.
+fn settled_run(s: Settled, verb: &str) -> Result<Run> {
+    match s {
+        Settled::Done(run) => Ok(*run),
+        Settled::NotUnknown(state) => Err(Error::new(
+            ErrorCode::RunNotUnknown,
+            format!(
+                "the run is {}: only a run whose outcome is unknown can be {verb}",
+                state.as_str()
+            ),
+        )),
+    }
+}
 
 /// Where a run came from, for the ones the service starts itself.
 #[derive(Debug, Clone)]
@@ -449,6 +478,55 @@ impl Service {
             id: run_id.to_string(),
             state,
         })
+    }
+
+    /// DUR-2: a person retries a run whose outcome is `unknown` — it is
+    /// queued again for a new attempt of the same run (its earlier
+    /// attempt stays in its events and the audit chain, `run.retried` with
+    /// the actor and reason). Settling needs `runs.cancel` (the people who
+    /// may stop a run may close it); a retry starts work again, so it also
+    /// needs `runs.create` and a workspace not under an emergency stop.
+    /// Any other state is `run_not_unknown`; another workspace's run is
+    /// `not_found`.
+    pub async fn retry_run(&self, c: &Caller, run_id: &str, b: &RetryRun) -> Result<Run> {
+        c.require(Permission::RunsCancel)?;
+        c.require(Permission::RunsCreate)?;
+        if let Some(r) = &b.reason {
+            check_reason(r)?;
+        }
+        self.require_not_stopped(&c.workspace).await?;
+        let settled = self
+            .store
+            .retry_unknown(&c.workspace, run_id, c.audit_actor(), b.reason.as_deref())
+            .await
+            .svc()?;
+        let run = settled_run(settled, "retried")?;
+        self.wake.notify_one();
+        Ok(run)
+    }
+
+    /// DUR-2: a person says how a run whose outcome is `unknown` ended
+    /// (`succeeded` or `failed`) and why; `run.resolved` records the actor
+    /// and the reason. Needs `runs.cancel`. Any other state is
+    /// `run_not_unknown`; another workspace's run is `not_found`. (An
+    /// agent action in `outcome_unknown` is settled by
+    /// [`Service::settle_action`].)
+    pub async fn resolve_run(&self, c: &Caller, run_id: &str, b: &ResolveRun) -> Result<Run> {
+        c.require(Permission::RunsCancel)?;
+        if b.reason.trim().is_empty() {
+            return Err(Error::invalid_body("a reason is required"));
+        }
+        check_reason(&b.reason)?;
+        let resolution = match b.outcome {
+            RunResolution::Succeeded => Resolution::Succeeded,
+            RunResolution::Failed => Resolution::Failed,
+        };
+        let settled = self
+            .store
+            .resolve_unknown(&c.workspace, run_id, resolution, c.audit_actor(), &b.reason)
+            .await
+            .svc()?;
+        settled_run(settled, "resolved")
     }
 
     /// Executes a queued run in this process now, through the same

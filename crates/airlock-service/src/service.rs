@@ -2,7 +2,7 @@
 //! store (no front end can reach it), the vault, the artifact store, the
 //! loaded workers and the identity throttles.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicI64};
 use std::sync::{Arc, Mutex, RwLock};
@@ -40,6 +40,12 @@ pub struct Service {
     /// Per running run on this node: set to kill its sandbox without a
     /// grace period (the emergency stop).
     pub(crate) kills: Mutex<HashMap<String, Arc<AtomicBool>>>,
+    /// Set when the executor stops claiming (SIGTERM drain, DUR-2): a
+    /// claimed run that has not started its workload is handed back.
+    pub(crate) draining: AtomicBool,
+    /// Runs whose sandbox the drain stopped when its grace period ended:
+    /// settled by the drain's rules, not finished as cancelled.
+    pub(crate) drain_stopped: Mutex<HashSet<String>>,
     /// Per workspace: its emergency stop as this node knows it, read by
     /// the egress proxies of its sandboxes on every request.
     pub(crate) stops: Mutex<HashMap<String, Arc<AtomicBool>>>,
@@ -179,6 +185,8 @@ impl Service {
             owner,
             cancels: Mutex::new(HashMap::new()),
             kills: Mutex::new(HashMap::new()),
+            draining: AtomicBool::new(false),
+            drain_stopped: Mutex::new(HashSet::new()),
             stops: Mutex::new(HashMap::new()),
             secrets,
             throttles,

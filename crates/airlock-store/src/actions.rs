@@ -829,40 +829,57 @@ impl Store {
                 tx.rollback().await?;
                 continue;
             }
-            let rows = sqlx::query(&format!(
-                "UPDATE actions SET state = 'outcome_unknown' WHERE run_id = $1 AND state = 'dispatched' \
-                 RETURNING {ACTION_COLUMNS}"
-            ))
-            .bind(&run_id)
-            .fetch_all(&mut *tx)
-            .await?;
-            let mut ids = Vec::new();
-            for row in &rows {
-                let a = action_from_row(row)?;
-                self.action_recorded_in(
-                    &mut tx,
-                    &ws,
-                    &a,
-                    AuditRecord::system("action.outcome_unknown", Some(&run_id))
-                        .with_result("outcome_unknown")
-                        .with_metadata(json!({"attempt": a.attempt})),
-                    now,
-                )
+            let ids = self
+                .dispatched_outcome_unknown_in(&mut tx, &ws, &run_id, now)
                 .await?;
-                ids.push(a.id);
-            }
-            self.run_event_in(
-                &mut tx,
-                &run_id,
-                "status",
-                &json!({"state": "awaiting_approval", "outcome_unknown": ids}),
-                now,
-            )
-            .await?;
             tx.commit().await?;
             out.push((run_id, ids));
         }
         Ok(out)
+    }
+
+    /// Inside the transaction that parked `run_id`: every action of it
+    /// still `dispatched` becomes `outcome_unknown` (audited), and the run
+    /// gets its `awaiting_approval` status event. Shared by recovery and
+    /// the SIGTERM drain (DUR-2), so both settle an action the same way.
+    pub(crate) async fn dispatched_outcome_unknown_in(
+        &self,
+        tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+        ws: &str,
+        run_id: &str,
+        now: i64,
+    ) -> Result<Vec<String>> {
+        let rows = sqlx::query(&format!(
+            "UPDATE actions SET state = 'outcome_unknown' WHERE run_id = $1 AND state = 'dispatched' \
+             RETURNING {ACTION_COLUMNS}"
+        ))
+        .bind(run_id)
+        .fetch_all(&mut **tx)
+        .await?;
+        let mut ids = Vec::new();
+        for row in &rows {
+            let a = action_from_row(row)?;
+            self.action_recorded_in(
+                tx,
+                ws,
+                &a,
+                AuditRecord::system("action.outcome_unknown", Some(run_id))
+                    .with_result("outcome_unknown")
+                    .with_metadata(json!({"attempt": a.attempt})),
+                now,
+            )
+            .await?;
+            ids.push(a.id);
+        }
+        self.run_event_in(
+            tx,
+            run_id,
+            "status",
+            &json!({"state": "awaiting_approval", "outcome_unknown": ids}),
+            now,
+        )
+        .await?;
+        Ok(ids)
     }
 
     /// A person settles an action whose outcome is unknown: it took effect

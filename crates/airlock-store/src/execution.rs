@@ -323,7 +323,11 @@ impl Store {
             let (state, sql) = if !started || (idempotent(&worker) && attempt < 2) {
                 (
                     RunState::Queued,
-                    "UPDATE runs SET state = 'queued', lease_owner = NULL, lease_expires_at = NULL, workload_started = 0 WHERE id = $1 AND state = 'running' AND lease_expires_at < $2",
+                    // A run handed back before its workload started has not
+                    // used an attempt (DUR-2); a requeued started one has.
+                    "UPDATE runs SET state = 'queued', lease_owner = NULL, lease_expires_at = NULL, \
+                     attempt = CASE WHEN workload_started = 0 AND attempt > 0 THEN attempt - 1 ELSE attempt END, \
+                     workload_started = 0 WHERE id = $1 AND state = 'running' AND lease_expires_at < $2",
                 )
             } else {
                 (
@@ -355,6 +359,108 @@ impl Store {
             out.push((id, state));
         }
         Ok(out)
+    }
+
+    /// The SIGTERM drain's settlement of a run this executor holds under
+    /// `token` (DUR-2), the same rules as the reaper's, in one transaction
+    /// with its audit event `run.drained`:
+    /// - an action of it `dispatched` (approved, not confirmed executed):
+    ///   `outcome_unknown`, the run parked for a person, never re-executed;
+    /// - the workload not started: handed back, `queued`, the attempt not
+    ///   counted;
+    /// - started, `idempotent` worker, first attempt: requeued once;
+    /// - else `unknown` (`abandoned`), for a person to retry or resolve.
+    pub async fn settle_drained(
+        &self,
+        run_id: &str,
+        token: i64,
+        idempotent: bool,
+    ) -> Result<RunState> {
+        let now = now_ms();
+        let mut tx = self.pool.begin().await?;
+        // Take the row (SQLite: the write lock before any read); a stale
+        // token matches nothing.
+        let row = sqlx::query(
+            "UPDATE runs SET lease_expires_at = lease_expires_at WHERE id = $1 AND fencing_token = $2 AND state = 'running' \
+             RETURNING workspace_id, workload_started, attempt",
+        )
+        .bind(run_id)
+        .bind(token)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some(row) = row else {
+            tx.rollback().await?;
+            return Err(StoreError::StaleToken);
+        };
+        let ws: String = row.try_get("workspace_id")?;
+        let started = row.try_get::<i64, _>("workload_started")? != 0;
+        let attempt: i64 = row.try_get("attempt")?;
+        let dispatched: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM actions WHERE run_id = $1 AND state = 'dispatched'",
+        )
+        .bind(run_id)
+        .fetch_one(&mut *tx)
+        .await?;
+        let (state, outcome_unknown) = if dispatched > 0 {
+            sqlx::query(
+                "UPDATE runs SET state = 'awaiting_approval', lease_owner = NULL, lease_expires_at = NULL WHERE id = $1",
+            )
+            .bind(run_id)
+            .execute(&mut *tx)
+            .await?;
+            let ids = self
+                .dispatched_outcome_unknown_in(&mut tx, &ws, run_id, now)
+                .await?;
+            (RunState::AwaitingApproval, ids)
+        } else if !started || (idempotent && attempt < 2) {
+            sqlx::query(
+                "UPDATE runs SET state = 'queued', lease_owner = NULL, lease_expires_at = NULL, \
+                 attempt = CASE WHEN workload_started = 0 AND attempt > 0 THEN attempt - 1 ELSE attempt END, \
+                 workload_started = 0 WHERE id = $1",
+            )
+            .bind(run_id)
+            .execute(&mut *tx)
+            .await?;
+            self.notify_queued(&mut tx, run_id).await?;
+            (RunState::Queued, Vec::new())
+        } else {
+            sqlx::query(
+                "UPDATE runs SET state = 'unknown', finished_at = $2, error_code = $3, error_message = $4, \
+                 lease_owner = NULL, lease_expires_at = NULL WHERE id = $1",
+            )
+            .bind(run_id)
+            .bind(now)
+            .bind(crate::RunErrorCode::Abandoned.as_str())
+            .bind("the server stopped (drain grace period over) while the workload ran; its effects are unknown")
+            .execute(&mut *tx)
+            .await?;
+            (RunState::Unknown, Vec::new())
+        };
+        if state != RunState::AwaitingApproval {
+            self.run_event_in(
+                &mut tx,
+                run_id,
+                "status",
+                &serde_json::json!({"state": state.as_str(), "drained": true}),
+                now,
+            )
+            .await?;
+        }
+        self.audit_in(
+            &mut tx,
+            &ws,
+            AuditRecord::system("run.drained", Some(run_id))
+                .with_result(state.as_str())
+                .with_metadata(serde_json::json!({
+                    "workload_started": started,
+                    "attempt": attempt,
+                    "handed_back": state == RunState::Queued && !started,
+                    "outcome_unknown": outcome_unknown,
+                })),
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(state)
     }
 
     /// Running runs per worker (for per-worker caps).

@@ -14,7 +14,9 @@ use std::time::Duration;
 
 use airlock_api::AppState;
 use airlock_protocol::approvals::ListApprovals;
-use airlock_protocol::runs::{ListRuns, Run, RunEvent, RunState};
+use airlock_protocol::runs::{
+    ListRuns, ResolveRun, RetryRun, Run, RunEvent, RunResolution, RunState,
+};
 use airlock_protocol::{Error, ErrorCode};
 use airlock_service::{Followed, Operation};
 use askama::Template;
@@ -46,6 +48,8 @@ pub fn routes() -> Router<AppState> {
         .route("/runs/{id}/log.txt", get(log_txt))
         .route("/runs/{id}/artifacts/{*name}", get(artifact))
         .route("/runs/{id}/cancel", post(cancel))
+        .route("/runs/{id}/retry", post(retry))
+        .route("/runs/{id}/resolve", post(resolve))
 }
 
 /// One run as a row of a runs table.
@@ -485,6 +489,8 @@ struct RunPage {
     guarantees: Vec<GuaranteeView>,
     egress: Vec<(String, String)>,
     may_cancel: bool,
+    /// An `unknown` run a person may settle (DUR-2): retry or resolve.
+    may_settle: bool,
     may_rerun: bool,
     curl: String,
     cli: String,
@@ -765,6 +771,7 @@ async fn run_page(
         guarantees,
         egress,
         may_cancel: v.caller.may(Operation::CancelRuns) && !terminal,
+        may_settle: v.caller.may(Operation::CancelRuns) && run.state == RunState::Unknown,
         may_rerun: v.caller.may(Operation::StartRuns),
         curl,
         cli,
@@ -930,4 +937,54 @@ async fn cancel(
     }
     let c = s.service.cancel_run(&v.caller, &id).await?;
     Ok(see_other(&format!("/runs/{}", c.id)))
+}
+
+// ------------------------------------------------------------ settle (DUR-2)
+
+#[derive(Debug, serde::Deserialize)]
+struct RetryForm {
+    #[serde(default)]
+    reason: String,
+}
+
+/// Retry an `unknown` run (the service decides who may, and refuses any
+/// other state): back to the run's page.
+async fn retry(
+    State(s): State<AppState>,
+    Path(id): Path<String>,
+    p: Posted<RetryForm>,
+) -> Result<Response, UiError> {
+    let reason = p.form.reason.trim();
+    let b = RetryRun {
+        reason: (!reason.is_empty()).then(|| reason.to_string()),
+    };
+    let run = s.service.retry_run(&p.viewer.caller, &id, &b).await?;
+    Ok(see_other(&format!("/runs/{}", run.id)))
+}
+
+#[derive(Debug, serde::Deserialize)]
+struct ResolveForm {
+    #[serde(default)]
+    outcome: String,
+    #[serde(default)]
+    reason: String,
+}
+
+/// Resolve an `unknown` run as succeeded or failed, with a reason.
+async fn resolve(
+    State(s): State<AppState>,
+    Path(id): Path<String>,
+    p: Posted<ResolveForm>,
+) -> Result<Response, UiError> {
+    let outcome = match p.form.outcome.as_str() {
+        "succeeded" => RunResolution::Succeeded,
+        "failed" => RunResolution::Failed,
+        _ => return Err(Error::invalid_body("outcome is succeeded or failed").into()),
+    };
+    let b = ResolveRun {
+        outcome,
+        reason: p.form.reason.trim().to_string(),
+    };
+    let run = s.service.resolve_run(&p.viewer.caller, &id, &b).await?;
+    Ok(see_other(&format!("/runs/{}", run.id)))
 }

@@ -568,3 +568,109 @@ async fn a_huge_log_is_capped_on_the_page_and_whole_in_the_download() {
     assert!(r.text.contains("L0|\n") && r.text.contains("L5999|\n"));
     assert_eq!(r.text.lines().count(), 6000);
 }
+
+/// A run of `hello` left `unknown` by the reaper (its holder died after
+/// the workload started).
+async fn unknown_run(h: &Harness, cred: &Cred) -> String {
+    let id = start(h, cred, "hello", json!({})).await;
+    let store = h.store();
+    let claim = store
+        .claim_run("node-dead:1", Duration::from_secs(30), &id)
+        .await
+        .unwrap()
+        .unwrap();
+    store.mark_workload_started(&id, claim.token).await.unwrap();
+    store.expire_lease(&id, "node-dead:1").await.unwrap();
+    store.reap_expired(&|_| false).await.unwrap();
+    assert_eq!(
+        store
+            .get_run(WS, &id)
+            .await
+            .unwrap()
+            .unwrap()
+            .state
+            .as_str(),
+        "unknown"
+    );
+    id
+}
+
+/// DUR-2 on the run page: an `unknown` run offers Retry and Resolve to a
+/// member who may settle it, not to a viewer, whose forged forms are
+/// refused; the owner's forms settle it (the service's rules: a resolve
+/// needs a reason, and only `unknown` runs are settled).
+#[tokio::test]
+async fn an_unknown_run_is_retried_or_resolved_from_its_page() {
+    let h = ui().await;
+    let owner = h.bootstrap_owner().await;
+    let viewer = h.member(&owner, "val", "viewer").await;
+    let a = unknown_run(&h, &owner).await;
+    let b = unknown_run(&h, &owner).await;
+
+    let r = page(&h, &viewer, &format!("/runs/{a}")).await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert!(!r.text.contains("id=\"retry-run\""));
+    assert!(!r.text.contains("id=\"resolve-run\""));
+    let r = form(&h, &viewer, &format!("/runs/{a}/retry"), &[]).await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN, "{}", r.text);
+    let r = form(
+        &h,
+        &viewer,
+        &format!("/runs/{a}/resolve"),
+        &[("outcome", "succeeded"), ("reason", "v")],
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN, "{}", r.text);
+    let state = |id: String| {
+        let store = h.store().clone();
+        async move {
+            store
+                .get_run(WS, &id)
+                .await
+                .unwrap()
+                .unwrap()
+                .state
+                .as_str()
+                .to_string()
+        }
+    };
+    assert_eq!(state(a.clone()).await, "unknown");
+
+    // The owner: both buttons.
+    let r = page(&h, &owner, &format!("/runs/{a}")).await;
+    assert!(r.text.contains("id=\"retry-run\""), "{}", r.text);
+    assert!(r.text.contains("id=\"resolve-run\""));
+    // A resolve without a reason changes nothing.
+    let r = form(
+        &h,
+        &owner,
+        &format!("/runs/{a}/resolve"),
+        &[("outcome", "failed"), ("reason", "")],
+    )
+    .await;
+    assert!(r.status.is_client_error(), "{}", r.status);
+    assert_eq!(state(a.clone()).await, "unknown");
+    let r = form(
+        &h,
+        &owner,
+        &format!("/runs/{a}/resolve"),
+        &[("outcome", "failed"), ("reason", "checked by hand")],
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.text);
+    assert_eq!(state(a.clone()).await, "failed");
+    let r = page(&h, &owner, &format!("/runs/{a}")).await;
+    assert!(
+        !r.text.contains("id=\"resolve-run\""),
+        "settled: no buttons"
+    );
+    let r = form(
+        &h,
+        &owner,
+        &format!("/runs/{b}/retry"),
+        &[("reason", "again")],
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.text);
+    assert_eq!(state(b.clone()).await, "queued");
+}

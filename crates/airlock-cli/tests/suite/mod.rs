@@ -3,6 +3,7 @@ mod approvals;
 mod audit;
 mod browser;
 mod docs;
+mod drain;
 mod egress;
 mod iam;
 mod json;

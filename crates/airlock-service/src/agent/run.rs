@@ -682,6 +682,13 @@ impl Service {
             _ => self.run_tool(agent, &ticket, action, stops).await,
         };
         super::crash_point("after_tool_exit");
+        // Stopped by the SIGTERM drain (DUR-2): what the command did before
+        // it was killed is not known, so nothing is recorded here; the
+        // action stays `dispatched` and the drain makes it
+        // `outcome_unknown` for a person, as recovery after a crash would.
+        if out.aborted && self.is_drain_stopped(&agent.run.id) {
+            return Err(Ended::Released);
+        }
         let end_state = if out.aborted {
             ActionEnd::Aborted
         } else if out.ok {

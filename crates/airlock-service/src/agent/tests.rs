@@ -45,6 +45,16 @@ impl Harness {
     }
 
     async fn with_policy(manifest: &str, fake: RecordingLauncher, policy: Option<&str>) -> Self {
+        Self::with_cfg(manifest, fake, policy, |_| {}).await
+    }
+
+    /// As [`Self::with_policy`], with `tweak` applied to the configuration.
+    async fn with_cfg(
+        manifest: &str,
+        fake: RecordingLauncher,
+        policy: Option<&str>,
+        tweak: impl FnOnce(&mut Config),
+    ) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().to_path_buf();
         let w = root.join("workers/helper");
@@ -61,6 +71,7 @@ impl Harness {
             std::fs::write(&p, text).unwrap();
             cfg.egress_policy = Some(p);
         }
+        tweak(&mut cfg);
         let store = Store::open(&format!("sqlite://{}", root.join("airlock.db").display()))
             .await
             .unwrap();
@@ -1054,4 +1065,125 @@ async fn agt_7_egress_and_wall_time_budgets_end_the_run_with_their_codes() {
     assert_eq!(ended(&r), code(RunErrorCode::BudgetWallTime), "{r:?}");
     assert_eq!(server.requests().len(), 1);
     assert_eq!(h.fake.launches().len(), 1);
+}
+
+/// DUR-2 drain: a `run_command` still running when the drain's grace
+/// period ends is stopped, and what it did before it was killed is not
+/// known: its action becomes `outcome_unknown` and the run waits for a
+/// person (it is never started again on its own). The audit chain says
+/// so (`run.drained`, `action.outcome_unknown`). Control: the same command
+/// stopped by a plain cancel request is recorded as `aborted`, so the
+/// outcome here comes from the drain.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dur_2_drain_leaves_an_action_in_flight_outcome_unknown_for_a_person() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let manifest = agent(
+        &["run_command", "finish"],
+        "auto-within-policy",
+        "\n[[agent.rules]]\ntool = \"run_command\"\nverdict = \"allow\"\nargv_prefix = [\"git\", \"push\"]\n",
+    );
+    // A command that runs until airlock stops it; `seen` says it started.
+    let blocking = |seen: Arc<AtomicBool>| {
+        RecordingLauncher::answering(move |launch, controls| {
+            seen.store(true, Ordering::SeqCst);
+            let cancel = controls.cancel.clone().expect("a cancel flag");
+            while !cancel.load(Ordering::SeqCst) {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            let mut result = airlock_launch::fake_result(None, Some(9));
+            result.cancelled = true;
+            Ok(airlock_launch::Launched {
+                result,
+                egress: launch.egress.as_ref().map(|_| Default::default()),
+                notices: Vec::new(),
+            })
+        })
+    };
+    let entered = Arc::new(AtomicBool::new(false));
+    let h = Harness::with_cfg(&manifest, blocking(entered.clone()), None, |c| {
+        c.drain_grace = Duration::from_millis(300);
+    })
+    .await;
+    // One response per run: the same command.
+    let push = || {
+        Step::calls(vec![call(
+            "a",
+            "run_command",
+            r#"{"argv": ["git", "push"]}"#,
+        )])
+    };
+    let server = ScriptedServer::start([push(), push()]).await.unwrap();
+    h.profile(&server, json!({})).await;
+    let run = h.create(json!({})).await;
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let exec = tokio::spawn(h.svc.clone().run_executor(stop_rx));
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !entered.load(Ordering::SeqCst) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the command never started: {:?}",
+            h.actions(&run.id).await
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    stop_tx.send(true).unwrap();
+    tokio::time::timeout(Duration::from_secs(60), exec)
+        .await
+        .expect("the drain ends")
+        .unwrap();
+    let r = h.get(&run.id).await;
+    assert_eq!(r.state, RunState::AwaitingApproval, "{r:?}");
+    let acts = h.actions(&run.id).await;
+    assert_eq!(acts.len(), 1);
+    assert_eq!(acts[0].state, ActionState::OutcomeUnknown, "{acts:?}");
+    assert_eq!(h.fake.count(), 1, "started once");
+    let audit = h.svc.store.audit_lines(WS).await.unwrap().join("\n");
+    assert!(audit.contains("\"run.drained\""), "{audit}");
+    assert!(audit.contains("\"action.outcome_unknown\""), "{audit}");
+    // Parked: another executor pass finds nothing to claim.
+    assert!(
+        h.svc
+            .store
+            .claim_next(&h.svc.owner, h.svc.cfg.lease, &[])
+            .await
+            .unwrap()
+            .is_none()
+    );
+
+    // Control: a cancel request (no drain) stops the same command, and
+    // its action is recorded as aborted.
+    let entered = Arc::new(AtomicBool::new(false));
+    let h = Harness::new(&manifest, blocking(entered.clone())).await;
+    h.profile(&server, json!({})).await;
+    let run = h.create(json!({})).await;
+    let exec = {
+        let svc = h.svc.clone();
+        let claim = svc
+            .store
+            .claim_next(&svc.owner, svc.cfg.lease, &[])
+            .await
+            .unwrap()
+            .expect("queued");
+        tokio::spawn(async move { svc.execute(claim).await })
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !entered.load(Ordering::SeqCst) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the command never started: {:?}",
+            h.actions(&run.id).await
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    h.svc
+        .cancel_run(&Caller::operator(WS), &run.id)
+        .await
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(60), exec)
+        .await
+        .expect("the cancel ends it")
+        .unwrap();
+    let acts = h.actions(&run.id).await;
+    assert_eq!(acts[0].state, ActionState::Aborted, "{acts:?}");
+    assert_eq!(h.get(&run.id).await.state, RunState::Cancelled);
 }

@@ -30,7 +30,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use airlock_store::{Claim, Finish, RunErrorCode, RunState, StoreError};
@@ -55,6 +55,10 @@ pub const INPUT_FILE: &str = "/airlock/input.json";
 /// Where a run's file inputs are, one file per input, named after it.
 pub const INPUT_DIR: &str = "/airlock/input";
 pub const OUTPUT_DIR: &str = "/airlock/output";
+
+/// How long the drain waits for stopped sandboxes to return after its
+/// grace period.
+const DRAIN_STOP_WAIT: Duration = Duration::from_secs(15);
 
 /// How a run ends: `succeeded`, or the state its error code implies.
 #[derive(Debug)]
@@ -128,9 +132,22 @@ impl Service {
             if *stop.borrow() {
                 break;
             }
-            let Ok(permit) = slots.clone().acquire_owned().await else {
+            // Waiting for a free slot must not outlast a stop: the drain
+            // starts at once, and no run is claimed after it.
+            let permit = tokio::select! {
+                p = slots.clone().acquire_owned() => p,
+                r = stop.changed() => match r {
+                    Ok(()) => continue,
+                    // No one can stop us any more: just wait for a slot.
+                    Err(_) => slots.clone().acquire_owned().await,
+                },
+            };
+            let Ok(permit) = permit else {
                 break;
             };
+            if *stop.borrow() {
+                break;
+            }
             // RUN-7: skip workers already at their own cap. Without the
             // counts the caps cannot be honoured: claim nothing this round.
             let claim = match self.store.running_per_worker().await {
@@ -171,11 +188,56 @@ impl Service {
         if let Some(l) = listener {
             l.abort();
         }
-        // Drain: wait for running work to finish (SIGTERM drain, DUR-2). The
-        // semaphore is never closed, so this only returns once every
-        // permit is back.
+        self.drain(&slots).await;
+    }
+
+    /// SIGTERM drain (DUR-2), once the executor has stopped claiming: a
+    /// claimed run that has not started its workload is handed back (see
+    /// [`Self::hand_back`]); running runs get `drain_grace` to finish;
+    /// then their sandboxes are stopped (the cancel flag: a lost lease, as
+    /// the harness and the launcher know it) and each is settled by
+    /// [`airlock_store::Store::settle_drained`]. Runs parked for a person
+    /// hold nothing and are left waiting.
+    async fn drain(&self, slots: &Arc<tokio::sync::Semaphore>) {
+        self.draining.store(true, Ordering::SeqCst);
+        // The semaphore is never closed, so this returns once every permit
+        // is back, i.e. every execution has ended.
         let all = u32::try_from(self.cfg.max_concurrent.max(1)).unwrap_or(u32::MAX);
-        drop(slots.acquire_many(all).await);
+        let idle = || slots.clone().acquire_many_owned(all);
+        if tokio::time::timeout(self.cfg.drain_grace, idle())
+            .await
+            .is_ok()
+        {
+            return;
+        }
+        let running: Vec<(String, Arc<AtomicBool>)> = match self.cancels.lock() {
+            Ok(c) => c.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+            Err(_) => Vec::new(),
+        };
+        if let Ok(mut d) = self.drain_stopped.lock() {
+            d.extend(running.iter().map(|(id, _)| id.clone()));
+        }
+        for (_, flag) in &running {
+            flag.store(true, Ordering::SeqCst);
+        }
+        // A stopped sandbox returns at once; should an execution still not
+        // end (a store that does not answer), its lease lapses and startup
+        // recovery settles it by the same rules.
+        let _ = tokio::time::timeout(DRAIN_STOP_WAIT, idle()).await;
+    }
+
+    /// Hands a claimed run back to the queue while draining, before its
+    /// workload started: `queued` again, the attempt not counted.
+    async fn hand_back_if_draining(&self, cx: &RunCx) -> Result<(), Ended> {
+        if !self.draining.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        let _ = self
+            .store
+            .settle_drained(&cx.claim.run.id, cx.claim.token, false)
+            .await;
+        // Settled (or held by someone else): either way, write nothing more.
+        Err(Ended::Released)
     }
 
     /// DUR-2 reaper: requeues or marks `unknown` runs whose lease expired;
@@ -211,7 +273,7 @@ impl Service {
             };
             out.push((a.run_id, state));
         }
-        let idempotent = |worker: &str| self.worker(worker).is_some_and(|b| b.manifest.idempotent);
+        let idempotent = |worker: &str| self.is_idempotent(worker);
         out.extend(self.store.reap_expired(&idempotent).await?);
         if out.iter().any(|(_, s)| *s == RunState::Queued) {
             self.wake.notify_one();
@@ -264,16 +326,43 @@ impl Service {
             Ok(e) => e,
             Err(o) => Ended::Finished(o),
         };
-        let outcome = match ended {
-            Ended::Finished(o) => Some(o),
-            Ended::Parked | Ended::Released => None,
-        };
         if let Ok(mut c) = self.cancels.lock() {
             c.remove(&run_id);
         }
         if let Ok(mut k) = self.kills.lock() {
             k.remove(&run_id);
         }
+        // Stopped by the drain when its grace ended: settled by the drain's
+        // rules (requeued, `unknown`, or parked with its action
+        // `outcome_unknown`), unless it had succeeded anyway.
+        let drain_stopped = self
+            .drain_stopped
+            .lock()
+            .map(|mut d| d.remove(&run_id))
+            .unwrap_or(false);
+        let ended = match ended {
+            Ended::Finished(o) if drain_stopped && o.state != RunState::Succeeded => {
+                Ended::Released
+            }
+            other => other,
+        };
+        if drain_stopped && matches!(ended, Ended::Released) {
+            let idempotent = self.is_idempotent(&cx.claim.run.worker_id);
+            let settled = self
+                .store
+                .settle_drained(&run_id, cx.claim.token, idempotent)
+                .await;
+            // Only a script run can end `unknown` here (an agent run never
+            // marks a workload started): nothing will use its folder again.
+            if matches!(settled, Ok(RunState::Unknown)) {
+                let _ = std::fs::remove_dir_all(&cx.dir);
+            }
+            return;
+        }
+        let outcome = match ended {
+            Ended::Finished(o) => Some(o),
+            Ended::Parked | Ended::Released => None,
+        };
         // Parked (waiting for a person) or released (someone else holds
         // it): nothing is written and the folder stays.
         let Some(outcome) = outcome else {
@@ -290,13 +379,36 @@ impl Service {
     /// run returns its outcome. An agent run goes from authorise to the
     /// harness ([`crate::agent`]).
     async fn stages(self: &Arc<Self>, cx: &mut RunCx) -> Result<Ended, Outcome> {
+        if let Err(e) = self.hand_back_if_draining(cx).await {
+            return Ok(e);
+        }
+        // The crash matrix (DUR-2): killed holding a claim, before anything
+        // started.
+        crate::agent::crash_point("after_claim");
         let authorised = self.authorise(&cx.claim.run).await?;
         if authorised.bundle.manifest.agent().is_some() {
             return self.run_agent(cx, authorised).await;
         }
         let staged = self.stage(cx, authorised).await?;
+        // The last moment before the workload starts.
+        if let Err(e) = self.hand_back_if_draining(cx).await {
+            return Ok(e);
+        }
         let ran = self.launch(cx, staged).await?;
         Ok(Ended::Finished(self.collect(cx, ran).await))
+    }
+
+    /// Whether the drain stopped this run when its grace period ended.
+    pub(crate) fn is_drain_stopped(&self, run_id: &str) -> bool {
+        self.drain_stopped
+            .lock()
+            .map(|d| d.contains(run_id))
+            .unwrap_or(false)
+    }
+
+    /// Whether a worker declares itself `idempotent` (DUR-2).
+    fn is_idempotent(&self, worker: &str) -> bool {
+        self.worker(worker).is_some_and(|b| b.manifest.idempotent)
     }
 
     fn run_dir(&self, run_id: &str) -> PathBuf {

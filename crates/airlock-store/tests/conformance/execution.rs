@@ -151,3 +151,76 @@ async fn run_7_claim_skips_workers_at_their_cap(store: Store) {
     );
 }
 both!(run_7_claim_skips_workers_at_their_cap);
+
+/// The SIGTERM drain's settlement (DUR-2) under the holder's token: not
+/// started → queued with the attempt given back; started, idempotent,
+/// first attempt → queued (attempt kept); started otherwise → `unknown`
+/// (`abandoned`); a stale token settles nothing. Each is a `run.drained`
+/// audit event.
+async fn dur_2_drain_settles_a_held_run_by_the_reapers_rules(store: Store) {
+    let claim = |store: Store| async move {
+        store
+            .claim_next("n:1", Duration::from_secs(60), &[])
+            .await
+            .unwrap()
+            .unwrap()
+    };
+    let fresh = store.create_run(new_run("w")).await.unwrap().run;
+    let c = claim(store.clone()).await;
+    assert_eq!(c.run.id, fresh.id);
+    assert_eq!(
+        store
+            .settle_drained(&fresh.id, c.token, false)
+            .await
+            .unwrap(),
+        RunState::Queued
+    );
+    let r = store
+        .get_run(DEFAULT_WORKSPACE, &fresh.id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((r.state, r.attempt), (RunState::Queued, 0), "{r:?}");
+    // Stale: settled already, nothing more.
+    assert!(matches!(
+        store.settle_drained(&fresh.id, c.token, false).await,
+        Err(StoreError::StaleToken)
+    ));
+
+    for (idempotent, want) in [(true, RunState::Queued), (false, RunState::Unknown)] {
+        let run = store.create_run(new_run("w")).await.unwrap().run;
+        let c = store
+            .claim_run("n:1", Duration::from_secs(60), &run.id)
+            .await
+            .unwrap()
+            .unwrap();
+        store
+            .mark_workload_started(&c.run.id, c.token)
+            .await
+            .unwrap();
+        assert_eq!(
+            store
+                .settle_drained(&c.run.id, c.token, idempotent)
+                .await
+                .unwrap(),
+            want
+        );
+        let r = store
+            .get_run(DEFAULT_WORKSPACE, &c.run.id)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(r.state, want);
+        assert_eq!(r.attempt, 1);
+        if want == RunState::Unknown {
+            assert_eq!(r.error_code.as_deref(), Some("abandoned"));
+        }
+    }
+    let audit = store
+        .audit_lines(DEFAULT_WORKSPACE)
+        .await
+        .unwrap()
+        .join("\n");
+    assert_eq!(audit.matches("\"run.drained\"").count(), 3, "{audit}");
+}
+both!(dur_2_drain_settles_a_held_run_by_the_reapers_rules);
