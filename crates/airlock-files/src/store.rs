@@ -227,6 +227,48 @@ impl ArtifactStore {
         Ok((staged.digest.clone(), staged.size))
     }
 
+    /// The path `sha256/<aa>/<digest>` would have, for a well-formed digest (whether or not the
+    /// blob exists).
+    pub fn blob_location(&self, digest: &str) -> Option<PathBuf> {
+        self.blob_path(digest)
+    }
+
+    /// Every entry under `sha256/`: blobs as `(digest, path, size)` and, separately, anything
+    /// that is not a well-formed blob where it belongs (a stray name, a symbolic link, a
+    /// directory inside a shard), by its path relative to the store root. Follows no link.
+    pub fn blobs(&self) -> std::io::Result<(Vec<(String, PathBuf, u64)>, Vec<String>)> {
+        let mut blobs = Vec::new();
+        let mut odd = Vec::new();
+        let root = self.root.join(BLOBS);
+        let mut shards: Vec<_> = std::fs::read_dir(&root)?.collect::<std::io::Result<_>>()?;
+        shards.sort_by_key(std::fs::DirEntry::file_name);
+        for shard in shards {
+            let name = shard.file_name().to_string_lossy().into_owned();
+            let ok_shard = name.len() == 2
+                && name
+                    .bytes()
+                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+            if !ok_shard || !shard.file_type()?.is_dir() {
+                odd.push(format!("{BLOBS}/{name}"));
+                continue;
+            }
+            let mut entries: Vec<_> =
+                std::fs::read_dir(shard.path())?.collect::<std::io::Result<_>>()?;
+            entries.sort_by_key(std::fs::DirEntry::file_name);
+            for e in entries {
+                let file = e.file_name().to_string_lossy().into_owned();
+                let ft = e.file_type()?;
+                if ft.is_file() && blob_rel(&file).is_some() && file.starts_with(&name) {
+                    let size = e.metadata()?.len();
+                    blobs.push((file, e.path(), size));
+                } else {
+                    odd.push(format!("{BLOBS}/{name}/{file}"));
+                }
+            }
+        }
+        Ok((blobs, odd))
+    }
+
     fn blob_path(&self, digest: &str) -> Option<PathBuf> {
         blob_rel(digest).map(|rel| self.root.join(rel))
     }
