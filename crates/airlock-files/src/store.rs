@@ -81,6 +81,13 @@ impl ArtifactStore {
         })
     }
 
+    /// A store at `root` as it is, creating nothing (`airlock validate` never writes).
+    pub fn at(root: &Path) -> Self {
+        Self {
+            root: root.to_path_buf(),
+        }
+    }
+
     /// The store root.
     pub fn root(&self) -> &Path {
         &self.root

@@ -4,6 +4,7 @@ mod audit;
 mod browser;
 mod docs;
 mod egress;
+mod gc;
 mod iam;
 mod json;
 mod mcp;
