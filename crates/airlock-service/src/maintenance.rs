@@ -743,3 +743,61 @@ fn write_manifest(path: &Path, m: &GcManifest) -> Result<()> {
     let bytes = serde_json::to_vec_pretty(m).map_err(internal)?;
     trash::write_atomic(path, &bytes).map_err(internal)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use airlock_iam::ManualClock;
+
+    /// A migrated SQLite database, an artifact store with one orphan, and
+    /// maintenance on a manual clock.
+    async fn setup() -> (Maintenance, Arc<ManualClock>, PathBuf, tempfile::TempDir) {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        let mut cfg = Config::with_defaults(data.clone(), dir.path().join("workers"));
+        let clock = Arc::new(ManualClock::new(1_800_000_000_000));
+        cfg.clock = clock.clone();
+        let url = format!("sqlite://{}", dir.path().join("airlock.db").display());
+        Store::open(&url).await.unwrap().pool().close().await;
+        let store = ArtifactStore::open(&data.join("artifacts")).unwrap();
+        let (digest, _) = store.put(&b"orphan"[..], 100).unwrap();
+        let blob = store.path(&digest).unwrap();
+        (Maintenance::new(&url, &cfg), clock, blob, dir)
+    }
+
+    #[tokio::test]
+    async fn dur_6_purge_is_refused_until_the_recovery_window_passes_on_the_clock() {
+        let (m, clock, blob, _dir) = setup().await;
+        let plan = m.gc_plan().await.unwrap();
+        assert_eq!(plan.entries.len(), 1);
+        assert!(blob.exists(), "a dry run moved something");
+        let applied = m.gc_apply().await.unwrap();
+        let manifest = applied.manifest.unwrap();
+        assert!(!blob.exists());
+
+        clock.advance(DEFAULT_RECOVERY_WINDOW - Duration::from_secs(1));
+        let e = m.gc_purge(&manifest).await.unwrap_err();
+        assert!(e.message.contains("recovery window"), "{}", e.message);
+        assert!(manifest.exists());
+
+        clock.advance(Duration::from_secs(1));
+        m.gc_purge(&manifest).await.unwrap();
+        assert!(!manifest.parent().unwrap().exists());
+    }
+
+    #[tokio::test]
+    async fn dur_6_a_manifest_entry_outside_the_blob_store_is_refused() {
+        let (m, _clock, _blob, _dir) = setup().await;
+        let manifest = m.gc_apply().await.unwrap().manifest.unwrap();
+        let mut doc: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&manifest).unwrap()).unwrap();
+        doc["entries"][0]["path"] = "keys/kek-v1".into();
+        std::fs::write(&manifest, serde_json::to_vec(&doc).unwrap()).unwrap();
+        let e = m.gc_restore(&manifest).await.unwrap_err();
+        assert!(e.message.contains("not a blob path"), "{}", e.message);
+        // Control: the untouched shape is accepted.
+        doc["entries"][0]["path"] = blob_rel(doc["entries"][0]["sha256"].as_str().unwrap()).into();
+        std::fs::write(&manifest, serde_json::to_vec(&doc).unwrap()).unwrap();
+        m.gc_restore(&manifest).await.unwrap();
+    }
+}

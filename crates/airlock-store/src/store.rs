@@ -286,6 +286,11 @@ impl Store {
         }
     }
 
+    /// The URL this store was opened with.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
     pub fn backend(&self) -> Backend {
         self.backend
     }
