@@ -46,4 +46,4 @@ pub mod zipcheck;
 pub use collect::{Budget, Collected, collect_into, read_bounded};
 pub use error::FileError;
 pub use sniff::{MAGIC, SNIFF_LEN, sniff};
-pub use store::ArtifactStore;
+pub use store::{ArtifactStore, BlobListing};

@@ -37,6 +37,15 @@ const TMP: &str = "tmp";
 const BLOBS: &str = "sha256";
 const COPY_BUF: usize = 64 * 1024;
 
+/// What [`ArtifactStore::blobs`] found under `sha256/`.
+#[derive(Debug, Clone, Default)]
+pub struct BlobListing {
+    /// `(digest, path, size)` of every well-formed blob.
+    pub blobs: Vec<(String, PathBuf, u64)>,
+    /// Anything else there, relative to the store root.
+    pub stray: Vec<String>,
+}
+
 /// A content-addressed store of immutable blobs on one filesystem.
 #[derive(Debug, Clone)]
 pub struct ArtifactStore {
@@ -243,7 +252,7 @@ impl ArtifactStore {
     /// Every entry under `sha256/`: blobs as `(digest, path, size)` and, separately, anything
     /// that is not a well-formed blob where it belongs (a stray name, a symbolic link, a
     /// directory inside a shard), by its path relative to the store root. Follows no link.
-    pub fn blobs(&self) -> std::io::Result<(Vec<(String, PathBuf, u64)>, Vec<String>)> {
+    pub fn blobs(&self) -> std::io::Result<BlobListing> {
         let mut blobs = Vec::new();
         let mut odd = Vec::new();
         let root = self.root.join(BLOBS);
@@ -273,7 +282,7 @@ impl ArtifactStore {
                 }
             }
         }
-        Ok((blobs, odd))
+        Ok(BlobListing { blobs, stray: odd })
     }
 
     fn blob_path(&self, digest: &str) -> Option<PathBuf> {

@@ -330,9 +330,9 @@ impl Maintenance {
                 }
             }
         }
-        let (blobs, stray) = match artifacts.blobs() {
+        let airlock_files::BlobListing { blobs, stray } = match artifacts.blobs() {
             Ok(x) => x,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => (Vec::new(), Vec::new()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Default::default(),
             Err(e) => return Err(internal(format!("cannot list the artifact store: {e}"))),
         };
         r.blobs = blobs.len() as u64;
@@ -465,9 +465,9 @@ impl Maintenance {
             .into_iter()
             .map(|b| b.digest)
             .collect();
-        let (blobs, _) = match self.artifacts().blobs() {
-            Ok(x) => x,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => (Vec::new(), Vec::new()),
+        let blobs = match self.artifacts().blobs() {
+            Ok(x) => x.blobs,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
             Err(e) => return Err(internal(format!("cannot list the artifact store: {e}"))),
         };
         let mut entries = Vec::new();
@@ -783,6 +783,42 @@ mod tests {
         clock.advance(Duration::from_secs(1));
         m.gc_purge(&manifest).await.unwrap();
         assert!(!manifest.parent().unwrap().exists());
+    }
+
+    #[tokio::test]
+    async fn dur_6_a_blob_a_row_names_before_the_move_is_refused() {
+        let (m, _clock, blob, _dir) = setup().await;
+        let manifest = m.gc_apply().await.unwrap().manifest.unwrap();
+        m.gc_restore(&manifest).await.unwrap();
+        assert!(blob.exists());
+        // Between the plan and the move, an upload comes to name the blob.
+        let mut doc: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&manifest).unwrap()).unwrap();
+        doc["entries"][0]["state"] = "planned".into();
+        std::fs::write(&manifest, serde_json::to_vec(&doc).unwrap()).unwrap();
+        let digest = doc["entries"][0]["sha256"].as_str().unwrap().to_string();
+        let store = Store::open(&m.url).await.unwrap();
+        store
+            .create_upload(
+                &airlock_store::UploadRecord {
+                    id: "upl_1".into(),
+                    workspace_id: airlock_store::DEFAULT_WORKSPACE.into(),
+                    user_id: "usr_1".into(),
+                    name: "a.txt".into(),
+                    digest,
+                    size: 6,
+                    media_type: "text/plain".into(),
+                    created_at: 1,
+                },
+                AuditRecord::system("upload.created", None),
+            )
+            .await
+            .unwrap();
+        let out = m.gc_resume(&manifest).await.unwrap();
+        assert_eq!(out.entries[0].state, EntryState::Refused);
+        assert!(blob.exists());
+        // And it is no longer a candidate at all.
+        assert!(m.gc_plan().await.unwrap().entries.is_empty());
     }
 
     #[tokio::test]
