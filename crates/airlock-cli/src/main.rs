@@ -10,6 +10,7 @@ mod common;
 mod doctor_cmd;
 mod door;
 mod login_cmd;
+mod maint_cmd;
 mod mcp_cmd;
 mod models_cmd;
 mod proxy_cmd;
@@ -109,6 +110,12 @@ enum Command {
         #[command(subcommand)]
         command: audit_cmd::AuditCommand,
     },
+    /// Check the database, audit chains, blobs and key directory; changes
+    /// nothing (exit 1 when something is found).
+    Validate(maint_cmd::ValidateArgs),
+    /// Collect what nothing references (a dry run unless `--apply`), and
+    /// restore or purge a trash area.
+    Gc(maint_cmd::GcArgs),
     /// Model profiles of the workspace: where an agent's model is and
     /// which credential channel carries its key.
     Models {
@@ -206,6 +213,8 @@ fn main() -> ExitCode {
         Command::Resume { json } => approvals_cmd::resume(&cli.paths, json),
         Command::Worker { command, json } => worker_cmd::worker(&command, json),
         Command::Audit { command } => audit_cmd::audit(&cli.paths, &command),
+        Command::Validate(a) => maint_cmd::validate(&cli.paths, &a),
+        Command::Gc(a) => maint_cmd::gc(&cli.paths, &a),
         Command::Models { command } => models_cmd::models(&cli.paths, &command),
         Command::Secrets { command } => secrets_cmd::secrets(&cli.paths, &command),
         Command::Keys { command, json } => secrets_cmd::keys(&cli.paths, &command, json),

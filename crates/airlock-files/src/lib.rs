@@ -18,6 +18,8 @@
 //!   bounded reads, atomic writes under a byte and entry budget, and listings whose names are
 //!   escaped for a model, all with the same no-symlink, no-FIFO rules, over a directory the
 //!   workload writes too.
+//! - [`trash`] moves a checked file into a trash area and back (`airlock gc`): `O_NOFOLLOW`,
+//!   identity compared before and after a `RENAME_NOREPLACE`, nothing overwritten.
 //! - [`zipcheck::check_zip`] decides whether an uploaded ZIP is safe to keep: entry names, no
 //!   symlinks, no duplicates, no encryption, and bounded expansion (zip bombs).
 //!
@@ -37,10 +39,11 @@ pub mod names;
 mod open;
 mod sniff;
 mod store;
+pub mod trash;
 pub mod workdir;
 pub mod zipcheck;
 
 pub use collect::{Budget, Collected, collect_into, read_bounded};
 pub use error::FileError;
 pub use sniff::{MAGIC, SNIFF_LEN, sniff};
-pub use store::ArtifactStore;
+pub use store::{ArtifactStore, BlobListing};

@@ -37,6 +37,15 @@ const TMP: &str = "tmp";
 const BLOBS: &str = "sha256";
 const COPY_BUF: usize = 64 * 1024;
 
+/// What [`ArtifactStore::blobs`] found under `sha256/`.
+#[derive(Debug, Clone, Default)]
+pub struct BlobListing {
+    /// `(digest, path, size)` of every well-formed blob.
+    pub blobs: Vec<(String, PathBuf, u64)>,
+    /// Anything else there, relative to the store root.
+    pub stray: Vec<String>,
+}
+
 /// A content-addressed store of immutable blobs on one filesystem.
 #[derive(Debug, Clone)]
 pub struct ArtifactStore {
@@ -79,6 +88,13 @@ impl ArtifactStore {
         Ok(Self {
             root: root.to_path_buf(),
         })
+    }
+
+    /// A store at `root` as it is, creating nothing (`airlock validate` never writes).
+    pub fn at(root: &Path) -> Self {
+        Self {
+            root: root.to_path_buf(),
+        }
     }
 
     /// The store root.
@@ -225,6 +241,48 @@ impl ArtifactStore {
             Err(e) => return Err(err(e)),
         }
         Ok((staged.digest.clone(), staged.size))
+    }
+
+    /// The path `sha256/<aa>/<digest>` would have, for a well-formed digest (whether or not the
+    /// blob exists).
+    pub fn blob_location(&self, digest: &str) -> Option<PathBuf> {
+        self.blob_path(digest)
+    }
+
+    /// Every entry under `sha256/`: blobs as `(digest, path, size)` and, separately, anything
+    /// that is not a well-formed blob where it belongs (a stray name, a symbolic link, a
+    /// directory inside a shard), by its path relative to the store root. Follows no link.
+    pub fn blobs(&self) -> std::io::Result<BlobListing> {
+        let mut blobs = Vec::new();
+        let mut odd = Vec::new();
+        let root = self.root.join(BLOBS);
+        let mut shards: Vec<_> = std::fs::read_dir(&root)?.collect::<std::io::Result<_>>()?;
+        shards.sort_by_key(std::fs::DirEntry::file_name);
+        for shard in shards {
+            let name = shard.file_name().to_string_lossy().into_owned();
+            let ok_shard = name.len() == 2
+                && name
+                    .bytes()
+                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+            if !ok_shard || !shard.file_type()?.is_dir() {
+                odd.push(format!("{BLOBS}/{name}"));
+                continue;
+            }
+            let mut entries: Vec<_> =
+                std::fs::read_dir(shard.path())?.collect::<std::io::Result<_>>()?;
+            entries.sort_by_key(std::fs::DirEntry::file_name);
+            for e in entries {
+                let file = e.file_name().to_string_lossy().into_owned();
+                let ft = e.file_type()?;
+                if ft.is_file() && blob_rel(&file).is_some() && file.starts_with(&name) {
+                    let size = e.metadata()?.len();
+                    blobs.push((file, e.path(), size));
+                } else {
+                    odd.push(format!("{BLOBS}/{name}/{file}"));
+                }
+            }
+        }
+        Ok(BlobListing { blobs, stray: odd })
     }
 
     fn blob_path(&self, digest: &str) -> Option<PathBuf> {

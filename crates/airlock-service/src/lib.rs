@@ -31,6 +31,7 @@ mod executor;
 mod identity;
 pub mod journal;
 mod keyfile;
+mod maintenance;
 pub mod metrics;
 mod model_profiles;
 mod runs;
@@ -57,6 +58,10 @@ pub use error::Result;
 pub use events::{EventFollower, Followed, MAX_LOG_BYTES};
 pub use identity::*;
 pub use journal::{Decided, DispatchTicket, Verdict};
+pub use maintenance::{
+    DEFAULT_RECOVERY_WINDOW, EntryState, Finding, GcEntry, GcManifest, GcOutcome, Level,
+    Maintenance, Severity, TRASH_DIR, ValidateReport,
+};
 pub use runs::{RunOptions, RunStarted};
 pub use scheduler::*;
 pub use secret_ops::Rewrapped;

@@ -276,6 +276,21 @@ impl Store {
         Ok(store)
     }
 
+    /// A store over a pool someone else opened (no migrations): the
+    /// read-only connection of `maintenance`.
+    pub(crate) fn from_parts(pool: AnyPool, backend: Backend, url: &str) -> Self {
+        Self {
+            pool,
+            backend,
+            url: url.to_string(),
+        }
+    }
+
+    /// The URL this store was opened with.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
     pub fn backend(&self) -> Backend {
         self.backend
     }

@@ -5,6 +5,7 @@ mod browser;
 mod docs;
 mod drain;
 mod egress;
+mod gc;
 mod iam;
 mod json;
 mod mcp;

@@ -116,6 +116,7 @@ mod approvals;
 mod audit;
 mod execution;
 mod identity;
+mod maintenance;
 mod plans;
 mod roles;
 mod runs;

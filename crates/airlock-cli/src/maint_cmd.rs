@@ -1,0 +1,183 @@
+//! `airlock validate` and `airlock gc` (DUR-6): the operator's checks and
+//! cleanup of the local data directory and database, through
+//! [`airlock_service::Maintenance`]. Local only (never `--remote`, never
+//! MCP): gc moves and deletes files on this machine.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use airlock_service::{EntryState, GcOutcome, Level, Maintenance, Severity, ValidateReport};
+use clap::{Args, Subcommand, ValueEnum};
+
+use crate::common::{Paths, block_on, err, fail};
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum LevelArg {
+    /// Database integrity, schema version, key directory permissions.
+    Quick,
+    /// + audit chains with checkpoints, rows against blobs, orphans.
+    Standard,
+    /// + every blob rehashed against its digest.
+    Full,
+}
+
+#[derive(Debug, Args)]
+pub struct ValidateArgs {
+    #[arg(long, value_enum, default_value = "standard")]
+    pub level: LevelArg,
+    /// `{"level", "findings": [{"kind", "object", "detail", "severity"}],
+    /// "notes", "blobs", "references", "workspaces"}` instead of lines.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct GcArgs {
+    #[command(subcommand)]
+    pub command: Option<GcCommand>,
+    /// Move the candidates into `trash/<id>/` under the data directory,
+    /// with a manifest (without it: a dry run that changes nothing).
+    #[arg(long)]
+    pub apply: bool,
+    #[arg(long, global = true)]
+    pub json: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum GcCommand {
+    /// Finish an interrupted `gc --apply` from its manifest.
+    Resume { manifest: PathBuf },
+    /// Put everything a manifest moved back, byte for byte (never over an
+    /// existing file).
+    Restore { manifest: PathBuf },
+    /// Delete a trash area, only once its recovery window has passed.
+    Purge {
+        manifest: PathBuf,
+        /// The recovery window in days.
+        #[arg(long, env = "AIRLOCK_GC_RECOVERY_DAYS", default_value_t = 7,
+              value_parser = clap::value_parser!(u64).range(1..))]
+        recovery_days: u64,
+    },
+}
+
+fn maintenance(paths: &Paths) -> Maintenance {
+    Maintenance::new(&paths.url(), &paths.config())
+}
+
+pub fn validate(paths: &Paths, a: &ValidateArgs) -> ExitCode {
+    if paths.remote {
+        return err("validate checks this machine's data directory: run it without --remote");
+    }
+    let level = match a.level {
+        LevelArg::Quick => Level::Quick,
+        LevelArg::Standard => Level::Standard,
+        LevelArg::Full => Level::Full,
+    };
+    block_on(
+        async move || match maintenance(paths).validate(level).await {
+            Ok(r) => {
+                print_report(&r, a.json);
+                if r.clean() {
+                    ExitCode::SUCCESS
+                } else {
+                    ExitCode::from(1)
+                }
+            }
+            Err(e) => fail(&e),
+        },
+    )
+}
+
+fn print_report(r: &ValidateReport, json: bool) {
+    if json {
+        println!("{}", serde_json::to_value(r).unwrap_or_default());
+        return;
+    }
+    for n in &r.notes {
+        eprintln!("airlock: note: {n}");
+    }
+    for f in &r.findings {
+        let sev = match f.severity {
+            Severity::Error => "error",
+            Severity::Warning => "warning",
+        };
+        println!("{sev} {} {}: {}", f.kind, f.object, f.detail);
+    }
+    println!(
+        "{}: {} findings ({} blobs, {} references, {} workspaces checked)",
+        if r.clean() { "clean" } else { "not clean" },
+        r.findings.len(),
+        r.blobs,
+        r.references,
+        r.workspaces
+    );
+}
+
+pub fn gc(paths: &Paths, a: &GcArgs) -> ExitCode {
+    if paths.remote {
+        return err("gc works on this machine's data directory: run it without --remote");
+    }
+    block_on(async move || {
+        let m = maintenance(paths);
+        let (what, res) = match &a.command {
+            None if a.apply => ("moved", m.gc_apply().await),
+            None => ("would move", m.gc_plan().await),
+            Some(GcCommand::Resume { manifest }) => ("moved", m.gc_resume(manifest).await),
+            Some(GcCommand::Restore { manifest }) => ("restored", m.gc_restore(manifest).await),
+            Some(GcCommand::Purge {
+                manifest,
+                recovery_days,
+            }) => (
+                "purged",
+                m.with_recovery_window(Duration::from_secs(recovery_days.saturating_mul(86_400)))
+                    .gc_purge(manifest)
+                    .await,
+            ),
+        };
+        match res {
+            Ok(out) => {
+                print_gc(&out, what, a.json);
+                let incomplete = out.any_refused()
+                    || (what == "restored"
+                        && out.entries.iter().any(|e| e.state == EntryState::Moved));
+                if incomplete {
+                    ExitCode::from(1)
+                } else {
+                    ExitCode::SUCCESS
+                }
+            }
+            Err(e) => fail(&e),
+        }
+    })
+}
+
+fn print_gc(out: &GcOutcome, what: &str, json: bool) {
+    if json {
+        println!("{}", serde_json::to_value(out).unwrap_or_default());
+        return;
+    }
+    for n in &out.notes {
+        eprintln!("airlock: note: {n}");
+    }
+    for e in &out.entries {
+        let state = match e.state {
+            EntryState::Planned => "candidate",
+            EntryState::Moved => "moved",
+            EntryState::Refused => "refused",
+            EntryState::Restored => "restored",
+        };
+        let detail = e
+            .detail
+            .as_deref()
+            .map(|d| format!(" ({d})"))
+            .unwrap_or_default();
+        println!("{state} {} {} bytes {}{detail}", e.path, e.size, e.reason);
+    }
+    let bytes: u64 = out.entries.iter().map(|e| e.size).sum();
+    println!("{what}: {} entries, {bytes} bytes", out.entries.len());
+    if let Some(m) = &out.manifest {
+        println!("manifest: {}", m.display());
+    }
+}

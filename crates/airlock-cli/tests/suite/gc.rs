@@ -1,0 +1,357 @@
+//! `airlock validate` and `airlock gc` (DUR-6): the real binary over a real
+//! SQLite database and data directory, with artifacts made by a real run.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use crate::suite::runs::Env;
+use crate::suite::support::*;
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// Every file and symlink under `dir`: its size, modification time (ns)
+/// and SHA-256 (a symlink: its target).
+///
+/// One exception, on the mtime only: SQLite's `-shm` file is the WAL's
+/// shared-memory index, which every reader maps and marks (its read locks),
+/// even one opened `mode=ro` with `query_only`; its bytes are still compared.
+fn snapshot(dir: &Path) -> BTreeMap<PathBuf, (u64, i128, String)> {
+    use std::os::unix::fs::MetadataExt;
+    let mut out = BTreeMap::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let m = std::fs::symlink_metadata(e.path()).unwrap();
+            let shm = e.path().extension().is_some_and(|x| x == "db-shm");
+            let mtime = if shm {
+                0
+            } else {
+                i128::from(m.mtime()) * 1_000_000_000 + i128::from(m.mtime_nsec())
+            };
+            if m.is_dir() {
+                out.insert(e.path(), (0, mtime, "dir".into()));
+                stack.push(e.path());
+            } else if m.file_type().is_symlink() {
+                let t = std::fs::read_link(e.path()).unwrap();
+                out.insert(e.path(), (0, mtime, format!("-> {}", t.display())));
+            } else {
+                let h = hex(&Sha256::digest(std::fs::read(e.path()).unwrap()));
+                out.insert(e.path(), (m.len(), mtime, h));
+            }
+        }
+    }
+    out
+}
+
+/// An env with one finished run that published two artifacts.
+fn env_with_run() -> Env {
+    let env = Env::new(Who::Invoker);
+    env.sh_worker(
+        "mk",
+        "[outputs.ok]\ntype = \"boolean\"\n",
+        "echo '{\"ok\": true}' > /airlock/output/result.json\nprintf one > /airlock/output/a.txt\nprintf 'two two' > /airlock/output/b.txt\n",
+    );
+    let (v, code, err) = env.run_json(&["mk"]);
+    assert_eq!(code, 0, "{v} {err}");
+    assert!(
+        v["artifacts"].as_array().is_some_and(|a| a.len() >= 2),
+        "{v}"
+    );
+    env
+}
+
+/// Writes `bytes` as a blob nothing references; answers its path.
+fn plant_orphan(env: &Env, bytes: &[u8]) -> PathBuf {
+    let d = hex(&Sha256::digest(bytes));
+    let dir = env.data.join("artifacts/sha256").join(&d[..2]);
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join(&d);
+    std::fs::write(&p, bytes).unwrap();
+    p
+}
+
+fn run(env: &Env, args: &[&str]) -> (i32, Value, String) {
+    let out = env.cmd().args(args).output().unwrap();
+    let v = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.code().unwrap_or(-1), v, text)
+}
+
+fn validate(env: &Env, level: &str) -> (i32, Vec<(String, String)>, String) {
+    let (code, v, text) = run(env, &["validate", "--level", level, "--json"]);
+    let kinds = v["findings"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|f| {
+                    (
+                        f["kind"].as_str().unwrap_or("").to_string(),
+                        f["object"].as_str().unwrap_or("").to_string(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    (code, kinds, text)
+}
+
+fn kinds(found: &[(String, String)]) -> Vec<&str> {
+    found.iter().map(|(k, _)| k.as_str()).collect()
+}
+
+/// The manifest path `gc --apply --json` answered.
+fn apply(env: &Env) -> (PathBuf, Value) {
+    let (code, v, text) = run(env, &["gc", "--apply", "--json"]);
+    assert_eq!(code, 0, "{text}");
+    (PathBuf::from(v["manifest"].as_str().unwrap()), v)
+}
+
+fn edit_manifest(path: &Path, f: impl FnOnce(&mut Value)) {
+    let mut m: Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+    f(&mut m);
+    std::fs::write(path, serde_json::to_vec_pretty(&m).unwrap()).unwrap();
+}
+
+#[test]
+fn dur_6_validate_never_writes_and_gc_apply_does() {
+    let env = env_with_run();
+    let (code, found, text) = validate(&env, "full");
+    assert_eq!((code, found.len()), (0, 0), "{text}");
+
+    let orphan = plant_orphan(&env, b"nothing names me");
+    let before = snapshot(env.root());
+    for level in ["quick", "standard", "full"] {
+        let _ = validate(&env, level);
+    }
+    let (code, v, text) = run(&env, &["gc", "--json"]);
+    assert_eq!(code, 0, "{text}");
+    assert_eq!(v["entries"].as_array().unwrap().len(), 1, "{v}");
+    assert_eq!(
+        snapshot(env.root()),
+        before,
+        "validate or a gc dry run changed the data directory"
+    );
+
+    // Control: the snapshot sees a change, and gc --apply makes one.
+    apply(&env);
+    assert!(!orphan.exists());
+    assert_ne!(snapshot(env.root()), before);
+}
+
+#[test]
+fn dur_6_each_validate_level_finds_what_it_should() {
+    let env = env_with_run();
+    let blobs: Vec<PathBuf> = snapshot(&env.data.join("artifacts/sha256"))
+        .into_iter()
+        .filter(|(_, (_, _, h))| h != "dir")
+        .map(|(p, _)| p)
+        .collect();
+    assert!(blobs.len() >= 2);
+
+    // An orphan: standard sees it, quick does not look.
+    let orphan = plant_orphan(&env, b"orphan bytes");
+    let (code, found, text) = validate(&env, "quick");
+    assert_eq!((code, found.len()), (0, 0), "{text}");
+    let (code, found, text) = validate(&env, "standard");
+    assert_eq!((code, kinds(&found)), (1, vec!["orphan_blob"]), "{text}");
+    std::fs::remove_file(&orphan).unwrap();
+
+    // A corrupted byte, same size: only full rehashes (control: standard passes it).
+    let mut bytes = std::fs::read(&blobs[0]).unwrap();
+    let original = bytes.clone();
+    bytes[0] ^= 1;
+    std::fs::write(&blobs[0], &bytes).unwrap();
+    let (code, found, text) = validate(&env, "standard");
+    assert_eq!((code, found.len()), (0, 0), "{text}");
+    let (code, found, text) = validate(&env, "full");
+    assert_eq!(
+        (code, kinds(&found)),
+        (1, vec!["digest_mismatch"]),
+        "{text}"
+    );
+    std::fs::write(&blobs[0], &original).unwrap();
+
+    // A deleted blob a row names: standard.
+    std::fs::rename(&blobs[1], env.root().join("aside")).unwrap();
+    let (code, found, text) = validate(&env, "quick");
+    assert_eq!((code, found.len()), (0, 0), "{text}");
+    let (code, found, text) = validate(&env, "standard");
+    assert_eq!((code, kinds(&found)), (1, vec!["missing_blob"]), "{text}");
+    std::fs::rename(env.root().join("aside"), &blobs[1]).unwrap();
+    let (code, _, text) = validate(&env, "full");
+    assert_eq!(code, 0, "{text}");
+
+    // A broken chain (an event edited by whoever holds the file): standard.
+    let script = "import sqlite3,sys\nc=sqlite3.connect(sys.argv[1])\nc.execute('DROP TRIGGER audit_events_no_update')\nc.execute(\"UPDATE audit_events SET line = replace(line, 'run.', 'rUn.') WHERE workspace_id='ws_default' AND seq = 2\")\nc.commit()\n";
+    let st = Command::new("/usr/bin/python3")
+        .args(["-c", script, env.data.join("airlock.db").to_str().unwrap()])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let (code, found, text) = validate(&env, "quick");
+    assert_eq!((code, found.len()), (0, 0), "{text}");
+    let (code, found, text) = validate(&env, "standard");
+    assert_eq!(
+        (code, found),
+        (
+            1,
+            vec![("audit_chain".to_string(), "ws_default".to_string())]
+        ),
+        "{text}"
+    );
+}
+
+#[test]
+fn dur_6_gc_apply_then_restore_round_trips_byte_for_byte() {
+    let env = env_with_run();
+    let referenced = snapshot(&env.data.join("artifacts/sha256"));
+    plant_orphan(&env, b"first orphan");
+    plant_orphan(&env, b"second orphan, longer");
+    let before = snapshot(&env.data.join("artifacts"));
+
+    let (manifest, v) = apply(&env);
+    assert_eq!(v["entries"].as_array().unwrap().len(), 2, "{v}");
+    assert!(
+        v["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|e| e["state"] == "moved" && e["reason"] == "orphan_blob"),
+        "{v}"
+    );
+    // A referenced blob is never a candidate: every one is still there.
+    for (p, (_, _, h)) in &referenced {
+        if h != "dir" {
+            assert!(p.exists(), "{} was collected", p.display());
+        }
+    }
+    let (code, found, text) = validate(&env, "full");
+    assert_eq!((code, found.len()), (0, 0), "{text}");
+    assert!(manifest.starts_with(env.data.join("trash")));
+
+    let (code, _, text) = run(&env, &["gc", "restore", manifest.to_str().unwrap()]);
+    assert_eq!(code, 0, "{text}");
+    let hashes = |s: BTreeMap<PathBuf, (u64, i128, String)>| -> BTreeMap<PathBuf, (u64, String)> {
+        s.into_iter().map(|(p, (n, _, h))| (p, (n, h))).collect()
+    };
+    assert_eq!(
+        hashes(snapshot(&env.data.join("artifacts"))),
+        hashes(before)
+    );
+
+    // A restore refuses to overwrite what is there: a copy in the trash
+    // area, marked moved again, while the original is back in place.
+    let rel = v["entries"][0]["path"].as_str().unwrap();
+    let in_trash = manifest.parent().unwrap().join("files").join(rel);
+    std::fs::copy(env.data.join(rel), &in_trash).unwrap();
+    edit_manifest(&manifest, |m| {
+        m["entries"][0]["state"] = "moved".into();
+    });
+    let (code, _, text) = run(&env, &["gc", "restore", manifest.to_str().unwrap()]);
+    assert_eq!(code, 1, "{text}");
+    assert!(text.contains("already exists"), "{text}");
+
+    // Every step is on the audit chain.
+    let out = env.cmd().args(["audit", "export"]).output().unwrap();
+    let export = String::from_utf8_lossy(&out.stdout);
+    assert!(export.contains("\"gc.applied\""), "{export}");
+    assert!(export.contains("\"gc.restored\""), "{export}");
+}
+
+#[test]
+fn dur_6_gc_purge_waits_for_the_recovery_window() {
+    let env = env_with_run();
+    plant_orphan(&env, b"to be purged");
+    let (manifest, _) = apply(&env);
+    let area = manifest.parent().unwrap().to_path_buf();
+
+    let (code, _, text) = run(&env, &["gc", "purge", manifest.to_str().unwrap()]);
+    assert_eq!(code, 125, "{text}");
+    assert!(text.contains("recovery window"), "{text}");
+    assert!(area.exists());
+
+    // Eight days later (the manifest's time moved back).
+    edit_manifest(&manifest, |m| {
+        let t = m["created_at_ms"].as_i64().unwrap();
+        m["created_at_ms"] = (t - 8 * 86_400_000).into();
+    });
+    let (code, _, text) = run(&env, &["gc", "purge", manifest.to_str().unwrap()]);
+    assert_eq!(code, 0, "{text}");
+    assert!(!area.exists());
+    let out = env.cmd().args(["audit", "export"]).output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).contains("\"gc.purged\""));
+
+    // A manifest outside the data directory's trash area is refused.
+    let elsewhere = env.root().join("manifest.json");
+    std::fs::write(&elsewhere, "{}").unwrap();
+    let (code, _, text) = run(&env, &["gc", "purge", elsewhere.to_str().unwrap()]);
+    assert_eq!(code, 125, "{text}");
+    assert!(text.contains("trash area"), "{text}");
+}
+
+#[test]
+fn dur_6_an_interrupted_apply_resumes_and_a_swapped_symlink_is_refused() {
+    let env = env_with_run();
+    let outside = env.root().join("host-file");
+    std::fs::write(&outside, b"not airlock's").unwrap();
+    for b in [&b"orphan one"[..], b"orphan two", b"orphan three"] {
+        plant_orphan(&env, b);
+    }
+    let (manifest, v) = apply(&env);
+    let area = manifest.parent().unwrap().to_path_buf();
+    let entries = v["entries"].as_array().unwrap().clone();
+    assert_eq!(entries.len(), 3);
+    let orig = |i: usize| env.data.join(entries[i]["path"].as_str().unwrap());
+    let trashed = |i: usize| {
+        area.join("files")
+            .join(entries[i]["path"].as_str().unwrap())
+    };
+
+    // The interruption: entry 0 not moved yet; entry 1 not moved and, after
+    // the check, swapped for a symlink; entry 2 moved but not recorded.
+    std::fs::rename(trashed(0), orig(0)).unwrap();
+    std::fs::remove_file(trashed(1)).unwrap();
+    std::os::unix::fs::symlink(&outside, orig(1)).unwrap();
+    edit_manifest(&manifest, |m| {
+        for i in 0..3 {
+            m["entries"][i]["state"] = "planned".into();
+        }
+    });
+
+    let (code, v, text) = run(
+        &env,
+        &["gc", "resume", manifest.to_str().unwrap(), "--json"],
+    );
+    assert_eq!(code, 1, "{text}");
+    let states: Vec<&str> = v["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["state"].as_str().unwrap())
+        .collect();
+    assert_eq!(states, ["moved", "refused", "moved"], "{v}");
+    assert!(!orig(0).exists() && trashed(0).exists());
+    assert!(trashed(2).exists());
+    // The symlink was neither followed nor moved; the host file is untouched.
+    assert!(
+        std::fs::symlink_metadata(orig(1))
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+    assert!(std::fs::symlink_metadata(trashed(1)).is_err());
+    assert_eq!(std::fs::read(&outside).unwrap(), b"not airlock's");
+    // The manifest on disk says the same.
+    let m: Value = serde_json::from_slice(&std::fs::read(&manifest).unwrap()).unwrap();
+    assert_eq!(m["entries"][1]["state"], "refused");
+}

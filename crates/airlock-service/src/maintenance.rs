@@ -1,0 +1,839 @@
+//! `airlock validate` and `airlock gc` (DUR-6, DUR-7): what an operator runs
+//! against a data directory and its database, without a server, the vault
+//! or the workers (like [`crate::AuditLog`]). Local only: no destructive
+//! retention operation is reachable over HTTP or MCP.
+//!
+//! - [`Maintenance::validate`] never writes: the database is opened
+//!   read-only ([`Store::open_read_only`]), the artifact store is read where
+//!   it is ([`ArtifactStore::at`]: nothing created), checkpoints are read.
+//!   `quick`: database integrity, schema version, the key directory's
+//!   permissions. `standard`: + every workspace's audit chain against its
+//!   signed checkpoints, every artifact and upload row against its blob
+//!   (present, same size), blobs no row names (orphans), stray entries.
+//!   `full`: + every blob rehashed against its name.
+//! - [`Maintenance::gc_plan`] lists candidates with reasons (a dry run);
+//!   [`Maintenance::gc_apply`] writes a manifest to `trash/<id>/manifest.json`
+//!   *first* (every entry `planned`, with the identity and SHA-256 checked
+//!   when planning), then moves each entry with
+//!   [`airlock_files::trash::move_checked`] and rewrites the manifest after
+//!   each move (atomic, fsync'd). An interrupted apply is finished by
+//!   [`Maintenance::gc_resume`]: `planned` entries are moved (or recognised
+//!   as already moved: gone from their place and present, same inode, in the
+//!   trash), `moved` ones are left. [`Maintenance::gc_restore`] puts moved
+//!   entries back (never over an existing name) and rehashes them;
+//!   [`Maintenance::gc_purge`] deletes a trash area only once its recovery
+//!   window (default [`DEFAULT_RECOVERY_WINDOW`]) has passed on the
+//!   configured clock. Apply, resume, restore and purge are each one audit
+//!   event (`gc.applied`, `gc.restored`, `gc.purged`).
+//!
+//! What is collected today: orphan blobs. Uploads carry no expiry (their
+//! download *links* expire; the rows do not), so no upload is ever a
+//! candidate, and there is no retention setting yet: nothing is collected
+//! by age. A blob some row names is never a candidate, and gc asks the
+//! database again right before each move. Residual race, documented: a
+//! publication of the same content *while* gc moves that blob finds the blob
+//! present and adds a row naming it; `airlock validate` then reports the
+//! missing blob and `gc restore` puts it back. Run gc while the server is
+//! quiet.
+
+use std::collections::BTreeSet;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use airlock_files::ArtifactStore;
+use airlock_files::trash::{self, Identity, TrashError};
+use airlock_iam::Clock;
+use airlock_protocol::Error;
+use airlock_store::{AuditRecord, SCHEMA_VERSION, Store};
+use serde::{Deserialize, Serialize};
+
+use crate::checkpoints::{Checkpoints, verify_with_checkpoints};
+use crate::config::Config;
+use crate::error::{Result, StoreResultExt};
+
+/// How long a trash area is kept before `gc purge` may delete it.
+pub const DEFAULT_RECOVERY_WINDOW: Duration = Duration::from_secs(7 * 24 * 3600);
+/// The trash area's folder in the data directory.
+pub const TRASH_DIR: &str = "trash";
+const MANIFEST: &str = "manifest.json";
+const FILES: &str = "files";
+/// Where blobs are, relative to the data directory.
+const BLOB_PREFIX: &str = "artifacts/sha256/";
+
+/// How much `validate` checks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Level {
+    Quick,
+    Standard,
+    Full,
+}
+
+/// How bad a finding is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Severity {
+    /// Something is lost or damaged.
+    Error,
+    /// Something is out of place (an orphan, a stray file) but nothing is lost.
+    Warning,
+}
+
+/// One thing `validate` found.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Finding {
+    /// Stable: `database_unreachable`, `database_integrity`, `schema_version`,
+    /// `key_directory`, `key_file`, `audit_chain`, `missing_blob`,
+    /// `size_mismatch`, `orphan_blob`, `stray_entry`, `digest_mismatch`.
+    pub kind: String,
+    /// What it is about (a path, `run_id/name`, an upload id, a workspace).
+    pub object: String,
+    pub detail: String,
+    pub severity: Severity,
+}
+
+/// What `validate` did and found.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ValidateReport {
+    pub level: Level,
+    pub findings: Vec<Finding>,
+    /// What could not be checked (e.g. no signed checkpoint yet), not a finding.
+    pub notes: Vec<String>,
+    pub blobs: u64,
+    pub references: u64,
+    pub workspaces: u64,
+}
+
+impl ValidateReport {
+    pub fn clean(&self) -> bool {
+        self.findings.is_empty()
+    }
+}
+
+/// Where an entry of a gc manifest is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EntryState {
+    /// Recorded, not yet moved.
+    Planned,
+    /// In the trash area.
+    Moved,
+    /// Not moved: it changed since it was checked, or a row names it now.
+    Refused,
+    /// Put back by `gc restore`.
+    Restored,
+}
+
+/// One candidate of a gc manifest.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GcEntry {
+    /// Relative to the data directory (`artifacts/sha256/<aa>/<digest>`).
+    pub path: String,
+    pub size: u64,
+    pub sha256: String,
+    /// `orphan_blob`.
+    pub reason: String,
+    /// What it was when it was checked.
+    pub identity: Identity,
+    pub state: EntryState,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+}
+
+/// A trash area's manifest (`trash/<id>/manifest.json`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GcManifest {
+    pub version: u32,
+    pub id: String,
+    pub created_at_ms: i64,
+    pub entries: Vec<GcEntry>,
+}
+
+/// What a gc step did.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct GcOutcome {
+    /// The manifest written or read (absent for a dry run, or an apply with
+    /// nothing to do).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub manifest: Option<PathBuf>,
+    pub entries: Vec<GcEntry>,
+    /// Notes on what was not considered (no expiry on uploads, no retention).
+    pub notes: Vec<String>,
+}
+
+impl GcOutcome {
+    /// Whether an entry was refused (a step that did not fully succeed).
+    pub fn any_refused(&self) -> bool {
+        self.entries.iter().any(|e| e.state == EntryState::Refused)
+    }
+}
+
+/// The operator's maintenance of one data directory and database.
+#[derive(Debug, Clone)]
+pub struct Maintenance {
+    url: String,
+    data_dir: PathBuf,
+    key_dir: PathBuf,
+    checkpoints: Checkpoints,
+    clock: Arc<dyn Clock>,
+    window: Duration,
+}
+
+fn internal(e: impl std::fmt::Display) -> Error {
+    Error::internal(e.to_string())
+}
+
+fn finding(
+    kind: &str,
+    object: impl Into<String>,
+    detail: impl Into<String>,
+    s: Severity,
+) -> Finding {
+    Finding {
+        kind: kind.to_string(),
+        object: object.into(),
+        detail: detail.into(),
+        severity: s,
+    }
+}
+
+impl Maintenance {
+    pub fn new(url: &str, cfg: &Config) -> Self {
+        Self {
+            url: url.to_string(),
+            data_dir: cfg.data_dir.clone(),
+            key_dir: cfg.key_dir.clone(),
+            checkpoints: Checkpoints::new(cfg.key_dir.clone(), cfg.checkpoint_dir.clone()),
+            clock: cfg.clock.clone(),
+            window: DEFAULT_RECOVERY_WINDOW,
+        }
+    }
+
+    /// How long a trash area must wait before `purge` deletes it.
+    pub fn with_recovery_window(mut self, window: Duration) -> Self {
+        self.window = window;
+        self
+    }
+
+    fn artifacts(&self) -> ArtifactStore {
+        ArtifactStore::at(&self.data_dir.join("artifacts"))
+    }
+
+    // ------------------------------------------------------------ validate
+
+    /// Checks at `level`; writes nothing.
+    pub async fn validate(&self, level: Level) -> Result<ValidateReport> {
+        let mut r = ValidateReport {
+            level,
+            findings: Vec::new(),
+            notes: Vec::new(),
+            blobs: 0,
+            references: 0,
+            workspaces: 0,
+        };
+        self.check_key_dir(&mut r.findings);
+        let store = match Store::open_read_only(&self.url).await {
+            Ok(s) => s,
+            Err(e) => {
+                r.findings.push(finding(
+                    "database_unreachable",
+                    "database",
+                    e.to_string(),
+                    Severity::Error,
+                ));
+                return Ok(r);
+            }
+        };
+        let out = self.validate_with(&store, level, &mut r).await;
+        store.pool().close().await;
+        out.map(|()| r)
+    }
+
+    async fn validate_with(
+        &self,
+        store: &Store,
+        level: Level,
+        r: &mut ValidateReport,
+    ) -> Result<()> {
+        for p in store.integrity_problems().await.svc()? {
+            r.findings.push(finding(
+                "database_integrity",
+                "database",
+                p,
+                Severity::Error,
+            ));
+        }
+        let v = store.schema_version().await.svc()?;
+        if v != SCHEMA_VERSION {
+            r.findings.push(finding(
+                "schema_version",
+                "database",
+                format!("schema version {v}, this build expects {SCHEMA_VERSION}"),
+                Severity::Error,
+            ));
+        }
+        if level == Level::Quick {
+            return Ok(());
+        }
+
+        // The audit chains, against their signed checkpoints.
+        let mut all = store.audit_workspaces().await.svc()?;
+        all.extend(self.checkpoints.workspaces()?);
+        all.sort();
+        all.dedup();
+        r.workspaces = all.len() as u64;
+        for ws in all {
+            let v = verify_with_checkpoints(store, &ws, &self.checkpoints).await?;
+            for w in &v.warnings {
+                r.notes.push(format!("{ws}: {w}"));
+            }
+            if !v.ok {
+                let detail = match (&v.first_bad_seq, &v.checkpoint_error) {
+                    (Some(seq), _) => format!("first bad sequence {seq}"),
+                    (None, Some(e)) => format!("checkpoint: {e}"),
+                    (None, None) => "does not verify".to_string(),
+                };
+                r.findings
+                    .push(finding("audit_chain", ws, detail, Severity::Error));
+            }
+        }
+
+        // Rows against blobs, blobs against rows.
+        let artifacts = self.artifacts();
+        let refs = store.blob_refs().await.svc()?;
+        r.references = refs.len() as u64;
+        let mut named = BTreeSet::new();
+        for b in &refs {
+            named.insert(b.digest.clone());
+            let object = format!("{} {}", b.kind, b.object);
+            match artifacts.path(&b.digest) {
+                None => r.findings.push(finding(
+                    "missing_blob",
+                    object,
+                    format!("no blob {}", b.digest),
+                    Severity::Error,
+                )),
+                Some(p) => {
+                    let size = std::fs::symlink_metadata(&p)
+                        .map(|m| m.len())
+                        .map_err(internal)?;
+                    if i64::try_from(size).ok() != Some(b.size) {
+                        r.findings.push(finding(
+                            "size_mismatch",
+                            object,
+                            format!("row says {} bytes, blob {} has {size}", b.size, b.digest),
+                            Severity::Error,
+                        ));
+                    }
+                }
+            }
+        }
+        let airlock_files::BlobListing { blobs, stray } = match artifacts.blobs() {
+            Ok(x) => x,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Default::default(),
+            Err(e) => return Err(internal(format!("cannot list the artifact store: {e}"))),
+        };
+        r.blobs = blobs.len() as u64;
+        for s in stray {
+            r.findings.push(finding(
+                "stray_entry",
+                format!("artifacts/{s}"),
+                "not a blob where blobs are kept",
+                Severity::Warning,
+            ));
+        }
+        for (digest, _, _) in &blobs {
+            if !named.contains(digest) {
+                r.findings.push(finding(
+                    "orphan_blob",
+                    blob_rel(digest),
+                    "no artifact or upload row names it (airlock gc collects it)",
+                    Severity::Warning,
+                ));
+            }
+        }
+        if level == Level::Full {
+            for (digest, _, _) in &blobs {
+                let ok = artifacts.verify(digest).map_err(internal)?;
+                if !ok {
+                    r.findings.push(finding(
+                        "digest_mismatch",
+                        blob_rel(digest),
+                        "its bytes no longer hash to its name",
+                        Severity::Error,
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The key directory is 0700 and every file in it 0600 (or stricter),
+    /// with no symbolic link.
+    fn check_key_dir(&self, out: &mut Vec<Finding>) {
+        let dir = &self.key_dir;
+        let object = dir.display().to_string();
+        let meta = match std::fs::symlink_metadata(dir) {
+            Ok(m) => m,
+            Err(e) => {
+                out.push(finding(
+                    "key_directory",
+                    object,
+                    e.to_string(),
+                    Severity::Error,
+                ));
+                return;
+            }
+        };
+        if !meta.file_type().is_dir() {
+            out.push(finding(
+                "key_directory",
+                object,
+                "not a directory",
+                Severity::Error,
+            ));
+            return;
+        }
+        let mode = meta.permissions().mode() & 0o777;
+        if mode & 0o077 != 0 {
+            out.push(finding(
+                "key_directory",
+                object.clone(),
+                format!("mode {mode:04o}, want 0700"),
+                Severity::Error,
+            ));
+        }
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            out.push(finding(
+                "key_directory",
+                object,
+                "cannot be listed",
+                Severity::Error,
+            ));
+            return;
+        };
+        let mut entries: Vec<_> = entries.filter_map(std::result::Result::ok).collect();
+        entries.sort_by_key(std::fs::DirEntry::file_name);
+        for e in entries {
+            let path = e.path().display().to_string();
+            let Ok(m) = std::fs::symlink_metadata(e.path()) else {
+                continue;
+            };
+            let mode = m.permissions().mode() & 0o777;
+            if m.file_type().is_symlink() {
+                out.push(finding(
+                    "key_file",
+                    path,
+                    "a symbolic link",
+                    Severity::Error,
+                ));
+            } else if m.file_type().is_file() && mode & 0o077 != 0 {
+                out.push(finding(
+                    "key_file",
+                    path,
+                    format!("mode {mode:04o}, want 0600"),
+                    Severity::Error,
+                ));
+            } else if m.file_type().is_dir() && mode & 0o077 != 0 {
+                out.push(finding(
+                    "key_file",
+                    path,
+                    format!("directory mode {mode:04o}, want 0700"),
+                    Severity::Error,
+                ));
+            }
+        }
+    }
+
+    // ------------------------------------------------------------ gc
+
+    /// The candidates, with reasons; changes nothing.
+    pub async fn gc_plan(&self) -> Result<GcOutcome> {
+        let store = Store::open_read_only(&self.url).await.svc()?;
+        let out = self.plan_with(&store).await;
+        store.pool().close().await;
+        out
+    }
+
+    async fn plan_with(&self, store: &Store) -> Result<GcOutcome> {
+        let named: BTreeSet<String> = store
+            .blob_refs()
+            .await
+            .svc()?
+            .into_iter()
+            .map(|b| b.digest)
+            .collect();
+        let blobs = match self.artifacts().blobs() {
+            Ok(x) => x.blobs,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            Err(e) => return Err(internal(format!("cannot list the artifact store: {e}"))),
+        };
+        let mut entries = Vec::new();
+        for (digest, path, _) in blobs {
+            if named.contains(&digest) {
+                continue;
+            }
+            let identity = trash::identity(&path).map_err(internal)?;
+            let sha256 = trash::sha256_file(&path).map_err(internal)?;
+            entries.push(GcEntry {
+                path: blob_rel(&digest),
+                size: identity.size,
+                sha256,
+                reason: "orphan_blob".into(),
+                identity,
+                state: EntryState::Planned,
+                detail: None,
+            });
+        }
+        Ok(GcOutcome {
+            manifest: None,
+            entries,
+            notes: vec![
+                "uploads carry no expiry: none is a candidate".into(),
+                "no retention setting: nothing is collected by age".into(),
+            ],
+        })
+    }
+
+    /// Plans, writes the manifest, moves every candidate to the trash area
+    /// and audits the step (`gc.applied`).
+    pub async fn gc_apply(&self) -> Result<GcOutcome> {
+        let store = Store::open(&self.url).await.svc()?;
+        let plan = self.plan_with(&store).await?;
+        if plan.entries.is_empty() {
+            return Ok(plan);
+        }
+        let now = self.clock.now_ms();
+        let id = format!("{now}-{}", airlock_store::random_id("gc"));
+        let area = self.data_dir.join(TRASH_DIR).join(&id);
+        trash::make_dirs(&area.join(FILES)).map_err(internal)?;
+        let mut manifest = GcManifest {
+            version: 1,
+            id,
+            created_at_ms: now,
+            entries: plan.entries,
+        };
+        let path = area.join(MANIFEST);
+        write_manifest(&path, &manifest)?;
+        self.move_planned(&store, &area, &path, &mut manifest)
+            .await?;
+        self.audit_step(&store, "gc.applied", &path, &manifest)
+            .await?;
+        Ok(GcOutcome {
+            manifest: Some(path),
+            entries: manifest.entries,
+            notes: plan.notes,
+        })
+    }
+
+    /// Finishes an interrupted apply from its manifest (`gc.applied`).
+    pub async fn gc_resume(&self, manifest_path: &Path) -> Result<GcOutcome> {
+        let (area, mut manifest) = self.read_manifest(manifest_path)?;
+        let store = Store::open(&self.url).await.svc()?;
+        let path = area.join(MANIFEST);
+        self.move_planned(&store, &area, &path, &mut manifest)
+            .await?;
+        self.audit_step(&store, "gc.applied", &path, &manifest)
+            .await?;
+        Ok(GcOutcome {
+            manifest: Some(path),
+            entries: manifest.entries,
+            notes: Vec::new(),
+        })
+    }
+
+    async fn move_planned(
+        &self,
+        store: &Store,
+        area: &Path,
+        path: &Path,
+        manifest: &mut GcManifest,
+    ) -> Result<()> {
+        for i in 0..manifest.entries.len() {
+            let e = &manifest.entries[i];
+            if e.state != EntryState::Planned {
+                continue;
+            }
+            let src = self.data_dir.join(&e.path);
+            let dest = area.join(FILES).join(&e.path);
+            let digest = e.sha256.clone();
+            let (state, detail) = if store.digest_referenced(&digest).await.svc()? {
+                (EntryState::Refused, Some("a row names it now".to_string()))
+            } else if std::fs::symlink_metadata(&src).is_err()
+                && trash::identity(&dest).is_ok_and(|id| id == e.identity)
+            {
+                // Moved before an interruption, not yet recorded.
+                (EntryState::Moved, None)
+            } else {
+                match trash::move_checked(&src, &dest, e.identity, &e.sha256) {
+                    Ok(()) => (EntryState::Moved, None),
+                    Err(err) => (EntryState::Refused, Some(err.to_string())),
+                }
+            };
+            manifest.entries[i].state = state;
+            manifest.entries[i].detail = detail;
+            write_manifest(path, manifest)?;
+        }
+        Ok(())
+    }
+
+    /// Puts every moved entry of a manifest back, byte for byte, never over
+    /// an existing name (`gc.restored`).
+    pub async fn gc_restore(&self, manifest_path: &Path) -> Result<GcOutcome> {
+        let (area, mut manifest) = self.read_manifest(manifest_path)?;
+        let store = Store::open(&self.url).await.svc()?;
+        let path = area.join(MANIFEST);
+        for i in 0..manifest.entries.len() {
+            let e = &manifest.entries[i];
+            if e.state != EntryState::Moved {
+                continue;
+            }
+            let from = area.join(FILES).join(&e.path);
+            let to = self.data_dir.join(&e.path);
+            let (state, detail) = match trash::put_back(&from, &to) {
+                Ok(()) => match trash::sha256_file(&to) {
+                    Ok(h) if h == e.sha256 => (EntryState::Restored, None),
+                    Ok(h) => (
+                        EntryState::Restored,
+                        Some(format!("restored bytes hash to {h}")),
+                    ),
+                    Err(err) => (EntryState::Restored, Some(err.to_string())),
+                },
+                Err(err @ TrashError::Exists { .. }) => (EntryState::Moved, Some(err.to_string())),
+                Err(err) => (EntryState::Moved, Some(err.to_string())),
+            };
+            manifest.entries[i].state = state;
+            manifest.entries[i].detail = detail;
+            write_manifest(&path, &manifest)?;
+        }
+        self.audit_step(&store, "gc.restored", &path, &manifest)
+            .await?;
+        Ok(GcOutcome {
+            manifest: Some(path),
+            entries: manifest.entries,
+            notes: Vec::new(),
+        })
+    }
+
+    /// Deletes a trash area once its recovery window has passed
+    /// (`gc.purged`); before that, an error naming when it ends.
+    pub async fn gc_purge(&self, manifest_path: &Path) -> Result<GcOutcome> {
+        let (area, manifest) = self.read_manifest(manifest_path)?;
+        let window_ms = i64::try_from(self.window.as_millis()).unwrap_or(i64::MAX);
+        let ends = manifest.created_at_ms.saturating_add(window_ms);
+        let now = self.clock.now_ms();
+        if now < ends {
+            return Err(Error::new(
+                airlock_protocol::ErrorCode::Conflict,
+                format!(
+                    "the recovery window of {} ends at {}; nothing purged",
+                    manifest.id,
+                    airlock_store::rfc3339(ends)
+                ),
+            ));
+        }
+        if manifest
+            .entries
+            .iter()
+            .any(|e| e.state == EntryState::Planned)
+        {
+            return Err(Error::new(
+                airlock_protocol::ErrorCode::Conflict,
+                "the apply of this manifest did not finish: run `airlock gc resume` first",
+            ));
+        }
+        let store = Store::open(&self.url).await.svc()?;
+        // The event first: a purge that fails half-way is still on record.
+        self.audit_step(&store, "gc.purged", &area.join(MANIFEST), &manifest)
+            .await?;
+        std::fs::remove_dir_all(&area).map_err(|e| internal(format!("{}: {e}", area.display())))?;
+        trash::sync_parent(&area).map_err(internal)?;
+        Ok(GcOutcome {
+            manifest: None,
+            entries: manifest.entries,
+            notes: Vec::new(),
+        })
+    }
+
+    /// Reads a manifest that must be `<data dir>/trash/<id>/manifest.json`
+    /// (by its real path), with every entry a blob path.
+    fn read_manifest(&self, path: &Path) -> Result<(PathBuf, GcManifest)> {
+        let bad = |why: &str| {
+            Error::new(
+                airlock_protocol::ErrorCode::InvalidRequest,
+                format!("{}: {why}", path.display()),
+            )
+        };
+        let real = std::fs::canonicalize(path).map_err(|e| bad(&e.to_string()))?;
+        let trash_root = std::fs::canonicalize(self.data_dir.join(TRASH_DIR))
+            .map_err(|e| bad(&e.to_string()))?;
+        let area = real.parent().ok_or_else(|| bad("not in a trash area"))?;
+        if real.file_name() != Some(std::ffi::OsStr::new(MANIFEST))
+            || area.parent() != Some(trash_root.as_path())
+        {
+            return Err(bad("not a manifest of this data directory's trash area"));
+        }
+        let text = std::fs::read_to_string(&real).map_err(|e| bad(&e.to_string()))?;
+        let m: GcManifest = serde_json::from_str(&text).map_err(|e| bad(&e.to_string()))?;
+        if m.version != 1 {
+            return Err(bad("unknown manifest version"));
+        }
+        for e in &m.entries {
+            let digest = e
+                .path
+                .strip_prefix(BLOB_PREFIX)
+                .and_then(|rest| rest.get(3..));
+            if digest.is_none_or(|d| blob_rel(d) != e.path || d != e.sha256 || !well_formed(d)) {
+                return Err(bad(&format!("entry {:?} is not a blob path", e.path)));
+            }
+        }
+        Ok((area.to_path_buf(), m))
+    }
+
+    async fn audit_step(
+        &self,
+        store: &Store,
+        event: &str,
+        path: &Path,
+        m: &GcManifest,
+    ) -> Result<()> {
+        let count = |s: EntryState| m.entries.iter().filter(|e| e.state == s).count();
+        let bytes: u64 = m
+            .entries
+            .iter()
+            .filter(|e| e.state == EntryState::Moved)
+            .map(|e| e.size)
+            .sum();
+        let rec = AuditRecord::system(event, None)
+            .with_result(if count(EntryState::Refused) == 0 {
+                "ok"
+            } else {
+                "partial"
+            })
+            .with_metadata(serde_json::json!({
+                "manifest": path.display().to_string(),
+                "id": m.id,
+                "entries": m.entries.len(),
+                "moved": count(EntryState::Moved),
+                "refused": count(EntryState::Refused),
+                "restored": count(EntryState::Restored),
+                "bytes_in_trash": bytes,
+            }));
+        store
+            .audit(airlock_store::DEFAULT_WORKSPACE, rec)
+            .await
+            .svc()
+    }
+}
+
+fn well_formed(d: &str) -> bool {
+    d.len() == 64
+        && d.bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+/// `artifacts/sha256/<aa>/<digest>`, relative to the data directory.
+fn blob_rel(digest: &str) -> String {
+    format!("{BLOB_PREFIX}{}/{digest}", digest.get(..2).unwrap_or(""))
+}
+
+fn write_manifest(path: &Path, m: &GcManifest) -> Result<()> {
+    let bytes = serde_json::to_vec_pretty(m).map_err(internal)?;
+    trash::write_atomic(path, &bytes).map_err(internal)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use airlock_iam::ManualClock;
+
+    /// A migrated SQLite database, an artifact store with one orphan, and
+    /// maintenance on a manual clock.
+    async fn setup() -> (Maintenance, Arc<ManualClock>, PathBuf, tempfile::TempDir) {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        let mut cfg = Config::with_defaults(data.clone(), dir.path().join("workers"));
+        let clock = Arc::new(ManualClock::new(1_800_000_000_000));
+        cfg.clock = clock.clone();
+        let url = format!("sqlite://{}", dir.path().join("airlock.db").display());
+        Store::open(&url).await.unwrap().pool().close().await;
+        let store = ArtifactStore::open(&data.join("artifacts")).unwrap();
+        let (digest, _) = store.put(&b"orphan"[..], 100).unwrap();
+        let blob = store.path(&digest).unwrap();
+        (Maintenance::new(&url, &cfg), clock, blob, dir)
+    }
+
+    #[tokio::test]
+    async fn dur_6_purge_is_refused_until_the_recovery_window_passes_on_the_clock() {
+        let (m, clock, blob, _dir) = setup().await;
+        let plan = m.gc_plan().await.unwrap();
+        assert_eq!(plan.entries.len(), 1);
+        assert!(blob.exists(), "a dry run moved something");
+        let applied = m.gc_apply().await.unwrap();
+        let manifest = applied.manifest.unwrap();
+        assert!(!blob.exists());
+
+        clock.advance(DEFAULT_RECOVERY_WINDOW - Duration::from_secs(1));
+        let e = m.gc_purge(&manifest).await.unwrap_err();
+        assert!(e.message.contains("recovery window"), "{}", e.message);
+        assert!(manifest.exists());
+
+        clock.advance(Duration::from_secs(1));
+        m.gc_purge(&manifest).await.unwrap();
+        assert!(!manifest.parent().unwrap().exists());
+    }
+
+    #[tokio::test]
+    async fn dur_6_a_blob_a_row_names_before_the_move_is_refused() {
+        let (m, _clock, blob, _dir) = setup().await;
+        let manifest = m.gc_apply().await.unwrap().manifest.unwrap();
+        m.gc_restore(&manifest).await.unwrap();
+        assert!(blob.exists());
+        // Between the plan and the move, an upload comes to name the blob.
+        let mut doc: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&manifest).unwrap()).unwrap();
+        doc["entries"][0]["state"] = "planned".into();
+        std::fs::write(&manifest, serde_json::to_vec(&doc).unwrap()).unwrap();
+        let digest = doc["entries"][0]["sha256"].as_str().unwrap().to_string();
+        let store = Store::open(&m.url).await.unwrap();
+        store
+            .create_upload(
+                &airlock_store::UploadRecord {
+                    id: "upl_1".into(),
+                    workspace_id: airlock_store::DEFAULT_WORKSPACE.into(),
+                    user_id: "usr_1".into(),
+                    name: "a.txt".into(),
+                    digest,
+                    size: 6,
+                    media_type: "text/plain".into(),
+                    created_at: 1,
+                },
+                AuditRecord::system("upload.created", None),
+            )
+            .await
+            .unwrap();
+        let out = m.gc_resume(&manifest).await.unwrap();
+        assert_eq!(out.entries[0].state, EntryState::Refused);
+        assert!(blob.exists());
+        // And it is no longer a candidate at all.
+        assert!(m.gc_plan().await.unwrap().entries.is_empty());
+    }
+
+    #[tokio::test]
+    async fn dur_6_a_manifest_entry_outside_the_blob_store_is_refused() {
+        let (m, _clock, _blob, _dir) = setup().await;
+        let manifest = m.gc_apply().await.unwrap().manifest.unwrap();
+        let mut doc: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&manifest).unwrap()).unwrap();
+        doc["entries"][0]["path"] = "keys/kek-v1".into();
+        std::fs::write(&manifest, serde_json::to_vec(&doc).unwrap()).unwrap();
+        let e = m.gc_restore(&manifest).await.unwrap_err();
+        assert!(e.message.contains("not a blob path"), "{}", e.message);
+        // Control: the untouched shape is accepted.
+        doc["entries"][0]["path"] = blob_rel(doc["entries"][0]["sha256"].as_str().unwrap()).into();
+        std::fs::write(&manifest, serde_json::to_vec(&doc).unwrap()).unwrap();
+        m.gc_restore(&manifest).await.unwrap();
+    }
+}
