@@ -106,7 +106,7 @@ pub(crate) async fn verify_rows(
     Ok(v.finish().map_err(|e| e.first_bad_seq()))
 }
 
-fn to_verification(r: std::result::Result<VerifySummary, u64>) -> AuditVerification {
+pub(crate) fn to_verification(r: std::result::Result<VerifySummary, u64>) -> AuditVerification {
     match r {
         Ok(sum) => AuditVerification {
             ok: true,

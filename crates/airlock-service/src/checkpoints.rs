@@ -340,26 +340,7 @@ pub(crate) async fn verify_with_checkpoints(
         v = v.with_checkpoint(seq, head);
     }
     let r = verify_rows(store, workspace, VERIFY_PAGE, v, 0).await?;
-    let mut out = match r {
-        Ok(sum) => AuditVerification {
-            ok: true,
-            events: Some(sum.count),
-            head: Some(airlock_store::hex(&sum.head)),
-            first_bad_seq: None,
-            checkpoint: None,
-            checkpoint_error: None,
-            warnings: Vec::new(),
-        },
-        Err(seq) => AuditVerification {
-            ok: false,
-            events: None,
-            head: None,
-            first_bad_seq: Some(seq),
-            checkpoint: None,
-            checkpoint_error: None,
-            warnings: Vec::new(),
-        },
-    };
+    let mut out = crate::audit::to_verification(r);
     out.checkpoint = newest.map(|cp| CheckpointUsed {
         seq: cp.seq,
         head: airlock_store::hex(&cp.head),
