@@ -818,11 +818,19 @@ impl Broker {
         let oom = cgroup.oom_killed();
         let pids_hit = cgroup.pids_limit_hit();
         mark("output_collected");
+        // The pool's filler replaces what was taken once this sandbox is
+        // gone: building the next one while this one tears down, or while
+        // the caller still handles this result, would take the CPU from
+        // both (two cores).
+        let pool = self.pool.clone();
         let cleanup = move || {
             let _ = exited_rx.recv();
             cgroup.destroy();
             if let Some(s) = &scratch {
                 let _ = std::fs::remove_dir_all(s);
+            }
+            if let Some(p) = pool {
+                p.launched();
             }
         };
         if is_pooled {
@@ -831,9 +839,6 @@ impl Broker {
             cleanup();
         }
         mark("cleaned_up");
-        if let Some(p) = &self.pool {
-            p.launched();
-        }
 
         let mut report = None;
         let mut exit = None;

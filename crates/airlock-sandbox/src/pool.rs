@@ -221,7 +221,7 @@ impl Pool {
         // The filler is not woken here: building a replacement now would
         // take the CPU from the launch that just took one (two cores,
         // measured: 5 ms more per launch). The broker calls
-        // [`Pool::launched`] when the launch is over.
+        // [`Pool::launched`] once the launch's sandbox is gone.
         for p in dead {
             p.discard();
         }

@@ -861,11 +861,10 @@ fn sbx_4_timeout_kills_everything_and_is_reported(who: Who) {
         0,
         "processes left behind"
     );
-    // Positive control: without the timeout the same command is still running.
-    assert_eq!(
-        exec_sh(who, &["--timeout", "5"], "echo quick").json["timed_out"],
-        false
-    );
+    // Positive control: a command that ends in time is not marked (a
+    // generous limit: a loaded machine must not make the control fail).
+    let quick = exec_sh(who, &["--timeout", "60"], "echo quick");
+    assert_eq!(quick.json["timed_out"], false, "{quick:?}");
 }
 both_users!(sbx_4_timeout_kills_everything_and_is_reported);
 
