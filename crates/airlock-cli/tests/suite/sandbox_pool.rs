@@ -211,22 +211,31 @@ fn memory_limit_of(marker: &str) -> Option<u64> {
             let mut parts = line.splitn(3, ':');
             let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
             let rel = path.trim_start_matches('/');
-            let file = if controllers.split(',').any(|c| c == "memory") {
-                Path::new("/sys/fs/cgroup/memory")
-                    .join(rel)
-                    .join("memory.limit_in_bytes")
+            // cgroup v1's memory controller; v2 on a hybrid host (under
+            // `unified`) or on a pure v2 host (the mount itself).
+            let files = if controllers.split(',').any(|c| c == "memory") {
+                vec![
+                    Path::new("/sys/fs/cgroup/memory")
+                        .join(rel)
+                        .join("memory.limit_in_bytes"),
+                ]
             } else if controllers.is_empty() {
-                Path::new("/sys/fs/cgroup/unified")
-                    .join(rel)
-                    .join("memory.max")
+                vec![
+                    Path::new("/sys/fs/cgroup/unified")
+                        .join(rel)
+                        .join("memory.max"),
+                    Path::new("/sys/fs/cgroup").join(rel).join("memory.max"),
+                ]
             } else {
                 continue;
             };
-            if let Some(v) = std::fs::read_to_string(file)
-                .ok()
-                .and_then(|v| v.trim().parse().ok())
-            {
-                return Some(v);
+            for file in files {
+                if let Some(v) = std::fs::read_to_string(file)
+                    .ok()
+                    .and_then(|v| v.trim().parse().ok())
+                {
+                    return Some(v);
+                }
             }
         }
     }
