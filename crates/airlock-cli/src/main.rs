@@ -9,6 +9,7 @@ mod client;
 mod common;
 mod doctor_cmd;
 mod door;
+mod logging;
 mod login_cmd;
 mod maint_cmd;
 mod mcp_cmd;

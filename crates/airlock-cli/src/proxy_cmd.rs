@@ -24,7 +24,9 @@ pub struct ProxyArgs {
     listen: String,
     /// Where each decision and closed connection goes, one JSON line each:
     /// `-` (stdout), a file (appended), or `none` (to measure what the
-    /// log costs; the decisions are made the same way).
+    /// log costs; the decisions are made the same way). Lines are written
+    /// in batches by a thread of their own, a moment behind the decision;
+    /// a proxy killed by a signal loses what was queued at that instant.
     #[arg(long, value_name = "-|FILE|none", default_value = "-")]
     log: String,
 }
@@ -111,14 +113,14 @@ fn serve(policy: Option<PathBuf>, listen: &str, log: &str) -> ExitCode {
         eprintln!("airlock: warning: no_policy: {e}; every request will be denied");
     }
     let log: Arc<dyn LogSink> = match log {
-        "-" => Arc::new(WriterLog::new(Box::new(std::io::stdout()))),
+        "-" => Arc::new(WriterLog::buffered(Box::new(std::io::stdout()))),
         "none" => Arc::new(airlock_egress::proxy::NullLog),
         path => match std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(path)
         {
-            Ok(f) => Arc::new(WriterLog::new(Box::new(f))),
+            Ok(f) => Arc::new(WriterLog::buffered(Box::new(f))),
             Err(e) => {
                 eprintln!("airlock: cannot open the log {path}: {e}");
                 return ExitCode::from(125);

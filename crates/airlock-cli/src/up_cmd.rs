@@ -108,7 +108,11 @@ pub fn up(paths: &Paths, a: &UpArgs) -> ExitCode {
     let absolute = Duration::from_secs(a.session_max_hours.clamp(1, 8_760) * 3600);
     let mut paths = paths.clone();
     paths.remote = false;
+    // OPS-1: JSON lines on stderr from here on; the guard writes what is
+    // queued when `up` returns.
+    let _log = crate::logging::init();
     let mut cfg = paths.config();
+    cfg.egress_log = crate::logging::egress_sink();
     cfg.sandbox_pool = a.sandbox_pool.min(16);
     cfg.identity.idle_timeout = Duration::from_secs(a.session_idle_minutes.clamp(1, 525_600) * 60);
     cfg.identity.absolute_timeout = absolute;
@@ -205,10 +209,7 @@ async fn serve(
     // AUD-4: signed checkpoints of the audit chains, periodically.
     let checkpointer = tokio::spawn(svc.clone().run_checkpointer(stop_rx.clone(), |r| {
         if let Err(e) = r {
-            eprintln!(
-                "{}",
-                serde_json::json!({"event": "checkpoint_failed", "error": e.message})
-            );
+            tracing::error!(target: "airlock::audit", event = "checkpoint_failed", error = %e.message);
         }
     }));
     let workers = svc.loaded_workers();
@@ -344,7 +345,8 @@ fn parse_grace(s: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
-/// `{"event":"request", request_id, method, path, status, ms}` on stderr.
+/// `{"event":"request", request_id, method, path, status, ms}` on the
+/// structured log.
 async fn access_log(
     req: axum::extract::Request,
     next: axum::middleware::Next,
@@ -358,16 +360,14 @@ async fn access_log(
         .get("x-request-id")
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
-    eprintln!(
-        "{}",
-        serde_json::json!({
-            "event": "request",
-            "request_id": rid,
-            "method": method,
-            "path": path,
-            "status": r.status().as_u16(),
-            "ms": started.elapsed().as_secs_f64() * 1000.0,
-        })
+    tracing::info!(
+        target: "airlock::http",
+        event = "request",
+        request_id = rid,
+        method = %method,
+        path = %path,
+        status = r.status().as_u16(),
+        ms = started.elapsed().as_secs_f64() * 1000.0,
     );
     r
 }

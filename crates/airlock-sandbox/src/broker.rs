@@ -348,28 +348,63 @@ impl Broker {
             DriverChoice::Uncontained => {
                 run_uncontained(spec, env, exe, start, deadline, hooks, before_start)
             }
-            _ => self.run_contained(spec, env, exe, start, deadline, hooks, t0, before_start),
+            _ => {
+                let mut hooks = hooks;
+                let mut before_start = before_start;
+                let mut attempt = |use_pool: bool| {
+                    let at = Attempt {
+                        start,
+                        deadline,
+                        t0,
+                        use_pool,
+                    };
+                    self.run_contained(spec, &env, &exe, at, &mut hooks, &mut before_start)
+                };
+                match attempt(true) {
+                    // The pooled sandbox died after the pool checked it and
+                    // before it took the launch: nothing of the workload
+                    // ran, so the launch goes cold (its timings say
+                    // `pool_handoff_failed`).
+                    Err(Contained::PoolHandoff) => match attempt(false) {
+                        Err(Contained::Launch(e)) => Err(e),
+                        // A cold attempt never hands off to the pool.
+                        Err(Contained::PoolHandoff) => Err(LaunchError::Setup {
+                            stage: "pool".into(),
+                            error: "the pooled sandbox did not take the launch".into(),
+                        }),
+                        Ok(r) => Ok(r),
+                    },
+                    Err(Contained::Launch(e)) => Err(e),
+                    Ok(r) => Ok(r),
+                }
+            }
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn run_contained(
         &self,
         spec: &SandboxSpec,
-        env: BTreeMap<String, String>,
-        exe: ResolvedExecutable,
-        start: Instant,
-        deadline: Instant,
-        mut hooks: Hooks<'_>,
-        t0: u64,
-        before_start: Option<&mut dyn FnMut()>,
-    ) -> Result<RunResult, LaunchError> {
+        env: &BTreeMap<String, String>,
+        exe: &ResolvedExecutable,
+        at: Attempt,
+        hooks: &mut Hooks<'_>,
+        before_start: &mut Option<&mut dyn FnMut()>,
+    ) -> Result<RunResult, Contained> {
+        let Attempt {
+            start,
+            deadline,
+            t0,
+            use_pool,
+        } = at;
         let mut marks: Vec<(String, u64)> = Vec::new();
         let mut mark = |stage: &str| {
             if spec.timings {
                 marks.push((stage.to_string(), crate::wire::monotonic_ns()));
             }
         };
+        if !use_pool && self.pool.is_some() {
+            mark("pool_handoff_failed");
+        }
         mark("resolved");
         // Cgroup directories of brokers that died without removing them
         // (kill -9) are removed by the next broker on this host, once per
@@ -418,7 +453,8 @@ impl Broker {
                         return Err(LaunchError::Setup {
                             stage: "writable root access".into(),
                             error,
-                        });
+                        }
+                        .into());
                     }
                 }
             }
@@ -438,7 +474,8 @@ impl Broker {
                         return Err(LaunchError::Setup {
                             stage: "read-only mount access".into(),
                             error,
-                        });
+                        }
+                        .into());
                     }
                 }
             }
@@ -456,7 +493,7 @@ impl Broker {
         let tmp_bytes = spec.limits.tmp_bytes.unwrap_or(spec::DEFAULT_TMP_BYTES);
         // A pre-built sandbox when the pool has one for exactly this key.
         let pooled = match &self.pool {
-            Some(pool) if level == Level::Namespaces => {
+            Some(pool) if use_pool && level == Level::Namespaces => {
                 let key = PoolKey {
                     init_exe: self.init_exe.clone(),
                     outer_uid,
@@ -526,7 +563,7 @@ impl Broker {
             }
             _ => None,
         };
-        let mut env = env;
+        let mut env = env.clone();
         if level == Level::LandlockSeccomp
             && let Some(s) = &scratch
         {
@@ -622,7 +659,8 @@ impl Broker {
                     return Err(LaunchError::Setup {
                         stage: "cgroup attach".into(),
                         error: "could not move the sandbox into its cgroup".into(),
-                    });
+                    }
+                    .into());
                 }
                 if let Some(f) = before_start {
                     f();
@@ -654,7 +692,7 @@ impl Broker {
                         Ok(o) => Some(o),
                         Err(e) => {
                             p.discard();
-                            return Err(e);
+                            return Err(e.into());
                         }
                     }
                 } else {
@@ -681,14 +719,12 @@ impl Broker {
                 });
                 drop((exe_fd, out_w, err_w, sent));
                 mark("spec_sent");
-                if let Err(e) = handed {
+                if handed.is_err() {
                     // The init died since the pool checked it; nothing of
-                    // the workload ran.
+                    // the workload ran (PID 1 reads the whole spec and every
+                    // descriptor before it starts anything).
                     p.discard();
-                    return Err(LaunchError::Setup {
-                        stage: "pool".into(),
-                        error: format!("the pooled sandbox did not take the launch: {e}"),
-                    });
+                    return Err(Contained::PoolHandoff);
                 }
                 let Pooled {
                     child,
@@ -851,10 +887,11 @@ impl Broker {
                     return Err(LaunchError::ContainmentUnavailable {
                         missing,
                         report: Box::new(report),
-                    });
+                    }
+                    .into());
                 }
                 InitEvent::SetupFailed { stage, error } => {
-                    return Err(LaunchError::Setup { stage, error });
+                    return Err(LaunchError::Setup { stage, error }.into());
                 }
                 InitEvent::ExecutableChanged => {
                     return Err(ExeError::Changed(exe.identity().path.clone()).into());
@@ -863,7 +900,8 @@ impl Broker {
                     return Err(LaunchError::Exec {
                         path: exe.identity().path.clone(),
                         error: nix::errno::Errno::from_raw(errno).desc().to_string(),
-                    });
+                    }
+                    .into());
                 }
                 InitEvent::Exited { code, signal } => exit = Some((code, signal)),
                 InitEvent::Budget {
@@ -885,7 +923,8 @@ impl Broker {
                 return Err(LaunchError::Setup {
                     stage: "start-up".into(),
                     error: "timed out before the workload started".into(),
-                });
+                }
+                .into());
             }
             let how = match waited {
                 Some(Ok(s)) => format!("sandbox init ended ({s}) without starting the workload"),
@@ -894,7 +933,8 @@ impl Broker {
             return Err(LaunchError::Setup {
                 stage: "start-up".into(),
                 error: how,
-            });
+            }
+            .into());
         };
         let (exit_code, signal) = match exit {
             Some((code, signal)) if !timed_out || code.is_some() || signal.is_some() => {
@@ -942,6 +982,30 @@ impl Broker {
                     .collect()
             },
         })
+    }
+}
+
+/// One attempt of a contained launch: the launch's clock, and whether it
+/// may take a pooled sandbox.
+#[derive(Clone, Copy)]
+struct Attempt {
+    start: Instant,
+    deadline: Instant,
+    t0: u64,
+    use_pool: bool,
+}
+
+/// Why a contained attempt ended without a result.
+enum Contained {
+    Launch(LaunchError),
+    /// The pooled sandbox was gone when the launch was handed to it;
+    /// nothing ran, so the launch may be made again cold.
+    PoolHandoff,
+}
+
+impl<E: Into<LaunchError>> From<E> for Contained {
+    fn from(e: E) -> Self {
+        Contained::Launch(e.into())
     }
 }
 

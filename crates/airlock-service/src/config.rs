@@ -104,6 +104,9 @@ pub struct Config {
     /// Pre-built sandboxes kept ready per kind of launch (0: none; see
     /// `airlock_sandbox::Broker::with_pool`). `airlock up` keeps 2.
     pub sandbox_pool: usize,
+    /// Where sandbox proxies write one line per decision and per closed
+    /// connection (NET-7); `airlock up` points it at its structured log.
+    pub egress_log: Arc<dyn airlock_egress::proxy::LogSink>,
 }
 
 impl Config {
@@ -126,6 +129,7 @@ impl Config {
             clock: Arc::new(SystemClock),
             model_allow_private: Vec::new(),
             sandbox_pool: 0,
+            egress_log: Arc::new(airlock_egress::proxy::NullLog),
         }
     }
 }

@@ -49,6 +49,7 @@ pub use airlock_protocol::{Error, ErrorCode};
 pub use airlock_store::DEFAULT_WORKSPACE;
 pub use airlock_store::RunErrorCode;
 pub use airlock_store::{ActionEnd, CANCEL_BY_EMERGENCY_STOP};
+pub use airlock_store::{now_ms, rfc3339};
 pub use audit::{AuditLog, SYSTEM_AUDIT, verify_lines};
 pub use auth::Authenticated;
 pub use caller::{Actor, Caller, ClientInfo, Credential, OPERATOR, Operation, Principal, Via};

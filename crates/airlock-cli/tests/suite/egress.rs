@@ -488,3 +488,90 @@ fn net_8_proxy_check_prints_one_json_line_per_url() {
     assert_eq!(d(4), ("deny".into(), "metadata_address".into()));
     assert_eq!(d(5), ("deny".into(), "ip_literal_not_allowed".into()));
 }
+
+/// NET-7 / OPS-1 under `airlock up`: each egress decision of a run is one
+/// JSON line on the server's structured log, with the run and sandbox it
+/// belongs to — an allowed channel request and a denied plain request (with
+/// its reason) — and the channel's credential is on none of them (nor
+/// anywhere else in the server's log). Every line of the log is JSON with a
+/// timestamp, a level and a target. Control: the credential did reach the
+/// upstream, so the scan looked for a value that was in use.
+#[test]
+fn net_7_each_egress_decision_of_a_run_is_a_structured_server_log_line() {
+    const KEY: &str = "sk-net7-credential-3b0c9f";
+    let env = crate::suite::runs::Env::new(Who::Invoker);
+    let up = upstream::start();
+    let policy = env.root().join("egress.toml");
+    std::fs::write(
+        &policy,
+        format!("[channels.model]\nupstream = \"http://127.0.0.1:{}\"\nheader = \"Authorization\"\nvalue = \"Bearer ${{env:AIRLOCK_TEST_NET7_KEY}}\"\nmethods = [\"POST\"]\npaths = [\"/v1/\"]\ninsecure_upstream_for_tests = true\n", up.port),
+    )
+    .unwrap();
+    env.sh_worker(
+        "caller",
+        "[egress]\nchannels = [\"model\"]\n",
+        "python3 -c \"\nimport os, urllib.request as u\nu.urlopen(u.Request(os.environ['AIRLOCK_CHANNEL_MODEL_URL']+'/v1/chat/completions', data=b'{}', method='POST'))\ntry:\n    u.urlopen('http://denied.example.org/')\nexcept Exception:\n    pass\n\" && echo '{}' > /airlock/output/result.json\n",
+    );
+    let s = crate::suite::runs::Server::start(
+        &env,
+        &[
+            ("AIRLOCK_EGRESS_POLICY", policy.to_str().unwrap()),
+            ("AIRLOCK_TEST_NET7_KEY", KEY),
+        ],
+    );
+    let (c, v) = s.json("POST", "/v1/workers/caller/runs", Some("{}"), &[]);
+    assert_eq!(c, 201, "{v}");
+    let id = v["run"]["id"].as_str().unwrap().to_string();
+    assert_eq!(
+        s.wait_state(&id, &["succeeded", "failed", "blocked"]),
+        "succeeded"
+    );
+    // The lines are written a moment after the decisions: wait for both.
+    let egress_lines = || -> Vec<serde_json::Value> {
+        s.log_text()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter(|v| v["target"] == "airlock::egress" && v["run"] == id.as_str())
+            .collect()
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let lines = loop {
+        let lines = egress_lines();
+        let allowed = lines
+            .iter()
+            .any(|l| l["decision"] == "allow" && l["channel"] == "model");
+        let denied = lines
+            .iter()
+            .any(|l| l["decision"] == "deny" && l["reason"].is_string());
+        if allowed && denied {
+            break lines;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no allow and deny lines for run {id}: {}",
+            s.log_text()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    for l in &lines {
+        assert!(l["sandbox"].is_string(), "{l}");
+        assert!(l["timestamp"].is_string(), "{l}");
+        assert_eq!(l["level"], "INFO", "{l}");
+    }
+    assert_eq!(
+        up.requests()[0].header("authorization"),
+        Some(format!("Bearer {KEY}").as_str()),
+        "control: the channel used the credential"
+    );
+    let log = s.log_text();
+    assert!(!log.contains(KEY), "the credential is in the server's log");
+    // Every line of the log is JSON, apart from the human start-up notes
+    // (`airlock: …`) and the `listening` line on stdout.
+    for l in log.lines().filter(|l| !l.starts_with("airlock: ")) {
+        let v: serde_json::Value =
+            serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}"));
+        if v["event"] != "listening" {
+            assert!(v["timestamp"].is_string() && v["target"].is_string(), "{l}");
+        }
+    }
+}

@@ -335,6 +335,61 @@ fn sbx_pool_a_killed_pooled_sandbox_is_never_used_and_is_replaced() {
     assert_eq!(broker.pool_stats().unwrap().pooled, pooled + 1);
 }
 
+/// A pooled sandbox that dies after the pool checked it and before it took
+/// the launch costs the launch nothing: it runs cold, and its timings say
+/// `pool_handoff_failed`. The hook runs in exactly that window (after the
+/// sandbox was taken, before its spec is written). Controls: the sandbox
+/// killed is the one that was taken (the pool no longer lists it, and the
+/// launch reports the failed hand-off, which only a dead pooled sandbox
+/// causes), and a launch without the kill is pooled.
+#[test]
+fn sbx_pool_a_sandbox_dead_at_the_hand_off_means_a_cold_launch() {
+    let broker = pooled_broker(1);
+    let s = spec(&["/bin/echo", "ran"], |_| {});
+    assert_eq!(broker.run(&s).unwrap().exit_code, Some(0));
+    eventually("a ready sandbox", || broker.pool_ready_pids().len() == 1);
+    let victim = broker.pool_ready_pids()[0];
+    let mut killed = Vec::new();
+    let r = broker
+        .run_with_before_start(&s, airlock_sandbox::Hooks::default(), &mut || {
+            if !killed.is_empty() {
+                return;
+            }
+            assert!(!broker.pool_ready_pids().contains(&victim));
+            // The waiting sandbox is its init and the init's child (the
+            // sandbox's PID 1): both die, so nothing reads the launch.
+            killed.push(victim);
+            killed.extend(sandbox_inits_of(victim));
+            for pid in &killed {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(*pid as i32),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+            eventually("the taken sandbox to die", || {
+                killed.iter().all(|p| !running(*p))
+            });
+        })
+        .unwrap();
+    assert_eq!(r.exit_code, Some(0), "{r:?}");
+    assert_eq!(r.stdout.text().trim(), "ran");
+    let stages: Vec<&str> = r.timings.iter().map(|(s, _)| s.as_str()).collect();
+    assert!(stages.contains(&"pool_handoff_failed"), "{stages:?}");
+    assert!(!stages.contains(&"pool_taken"), "{stages:?}");
+    assert!(killed.len() >= 2, "{killed:?}");
+    // Control: the pool serves the next launch as usual.
+    eventually("a replacement", || {
+        broker
+            .pool_ready_pids()
+            .first()
+            .is_some_and(|p| *p != victim)
+    });
+    let r = broker.run(&s).unwrap();
+    let stages: Vec<&str> = r.timings.iter().map(|(s, _)| s.as_str()).collect();
+    assert!(stages.contains(&"pool_taken"), "{stages:?}");
+    assert!(!stages.contains(&"pool_handoff_failed"), "{stages:?}");
+}
+
 /// A workload in a pooled sandbox cannot reach the sandboxes waiting in
 /// the pool: after a preflight proves it is in its own PID namespace (it
 /// sees only its sandbox's processes), it sends SIGKILL to every process

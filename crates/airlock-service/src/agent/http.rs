@@ -21,7 +21,6 @@ use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use airlock_agent::bounded;
-use airlock_egress::proxy::NullLog;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use serde_json::json;
@@ -111,7 +110,7 @@ fn exchange_blocking(
     let plan = airlock_launch::EgressPlan {
         policy: Ok(egress.policy),
         channels: egress.channels,
-        log: Arc::new(NullLog),
+        log: egress.log,
         resolver: None,
         halt: Some(halt),
     };

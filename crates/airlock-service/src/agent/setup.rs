@@ -35,6 +35,8 @@ use crate::service::Service;
 pub(crate) struct ToolEgress {
     pub(crate) policy: Policy,
     pub(crate) channels: Vec<String>,
+    /// Where its proxy's decision lines go (NET-7).
+    pub(crate) log: std::sync::Arc<dyn airlock_egress::proxy::LogSink>,
 }
 
 /// An agent run, ready to loop.
@@ -288,6 +290,7 @@ impl Service {
             Some(ToolEgress {
                 policy: p,
                 channels,
+                log: self.cfg.egress_log.clone(),
             })
         };
 

@@ -203,7 +203,7 @@ impl Service {
         let egress = agent.egress.as_ref().map(|e| EgressPlan {
             policy: Ok(e.policy.clone()),
             channels: e.channels.clone(),
-            log: Arc::new(airlock_egress::proxy::NullLog),
+            log: self.cfg.egress_log.clone(),
             resolver: None,
             halt: Some(self.stop_flag(&run.workspace_id)),
         });

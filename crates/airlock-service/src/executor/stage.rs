@@ -301,7 +301,7 @@ impl Service {
         Ok(Some(EgressPlan {
             policy: Ok(policy),
             channels,
-            log: Arc::new(airlock_egress::proxy::NullLog),
+            log: self.cfg.egress_log.clone(),
             resolver: None,
             halt: Some(halt),
         }))
