@@ -16,7 +16,6 @@
 //! `Content-Length` (replacement changes the length).
 
 use std::convert::Infallible;
-use std::io::Write;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -39,7 +38,10 @@ use crate::policy::{Channel, Limits, Policy, PolicyError};
 use crate::resolve::Resolve;
 use airlock_redact::StreamRedactor;
 
+mod logsink;
 mod pool;
+
+pub use logsink::{LogSink, MemoryLog, NullLog, WriterLog};
 
 /// Header carrying the machine-readable reason of a refusal.
 pub const REASON_HEADER: &str = "x-airlock-reason";
@@ -49,135 +51,6 @@ pub const SANDBOX_PROXY_ADDR: &str = "127.0.0.1:3128";
 pub const CHANNEL_PREFIX: &str = "/channels/";
 
 type Body = BoxBody<Bytes, hyper::Error>;
-
-/// Where decision and connection lines go.
-pub trait LogSink: Send + Sync + std::fmt::Debug {
-    fn line(&self, v: serde_json::Value);
-}
-
-/// Discards lines.
-#[derive(Debug, Default)]
-pub struct NullLog;
-impl LogSink for NullLog {
-    fn line(&self, _: serde_json::Value) {}
-}
-
-/// Keeps lines in memory (tests, and the `egress` field of results).
-#[derive(Debug, Default)]
-pub struct MemoryLog(Mutex<Vec<serde_json::Value>>);
-impl MemoryLog {
-    pub fn lines(&self) -> Vec<serde_json::Value> {
-        self.0.lock().map(|l| l.clone()).unwrap_or_default()
-    }
-}
-impl LogSink for MemoryLog {
-    fn line(&self, v: serde_json::Value) {
-        if let Ok(mut l) = self.0.lock() {
-            l.push(v);
-        }
-    }
-}
-
-/// Writes one JSON line per event to a writer (a file, stdout, stderr).
-///
-/// [`WriterLog::new`] writes each line before [`LogSink::line`] returns,
-/// with one `write` of the whole line. [`WriterLog::buffered`] hands lines
-/// to a thread of its own, which writes whatever has queued up in one go
-/// (so a busy proxy pays one `write` per batch, not per line, and never
-/// waits for the disk); when the queue is full the proxy waits (no line is
-/// dropped), and dropping the log writes what is queued.
-pub struct WriterLog(Sink);
-
-enum Sink {
-    Direct(Mutex<Box<dyn Write + Send>>),
-    Queued {
-        tx: Option<std::sync::mpsc::SyncSender<Vec<u8>>>,
-        writer: Option<std::thread::JoinHandle<()>>,
-    },
-}
-
-/// Lines a buffered log may hold before the proxy waits for the writer.
-const QUEUED_LINES: usize = 8192;
-
-impl WriterLog {
-    pub fn new(w: Box<dyn Write + Send>) -> Self {
-        Self(Sink::Direct(Mutex::new(w)))
-    }
-
-    /// A log written by a thread of its own (see the type's docs); when
-    /// the thread cannot be started, lines are written directly.
-    pub fn buffered(w: Box<dyn Write + Send>) -> Self {
-        let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<u8>>(QUEUED_LINES);
-        // The thread owns the writer; a failed spawn drops it with the
-        // closure, so the writer is made again on this side.
-        let shared = std::sync::Arc::new(Mutex::new(Some(w)));
-        let theirs = shared.clone();
-        let spawned = std::thread::Builder::new()
-            .name("egress-log".into())
-            .spawn(move || {
-                let Some(w) = theirs.lock().ok().and_then(|mut g| g.take()) else {
-                    return;
-                };
-                let mut out = std::io::BufWriter::with_capacity(64 << 10, w);
-                while let Ok(line) = rx.recv() {
-                    let _ = out.write_all(&line);
-                    while let Ok(line) = rx.try_recv() {
-                        let _ = out.write_all(&line);
-                    }
-                    let _ = out.flush();
-                }
-                let _ = out.flush();
-            });
-        match spawned {
-            Ok(handle) => Self(Sink::Queued {
-                tx: Some(tx),
-                writer: Some(handle),
-            }),
-            Err(_) => match shared.lock().ok().and_then(|mut g| g.take()) {
-                Some(w) => Self::new(w),
-                None => Self::new(Box::new(std::io::sink())),
-            },
-        }
-    }
-}
-
-impl Drop for WriterLog {
-    fn drop(&mut self) {
-        if let Sink::Queued { tx, writer } = &mut self.0 {
-            // Closing the queue ends the thread once it wrote the rest.
-            tx.take();
-            if let Some(h) = writer.take() {
-                let _ = h.join();
-            }
-        }
-    }
-}
-
-impl std::fmt::Debug for WriterLog {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("WriterLog")
-    }
-}
-
-impl LogSink for WriterLog {
-    fn line(&self, v: serde_json::Value) {
-        // The whole line first: one write, never one per JSON token.
-        let mut line = v.to_string().into_bytes();
-        line.push(b'\n');
-        match &self.0 {
-            Sink::Direct(w) => {
-                if let Ok(mut w) = w.lock() {
-                    let _ = w.write_all(&line);
-                    let _ = w.flush();
-                }
-            }
-            Sink::Queued { tx: Some(tx), .. } => {
-                let _ = tx.send(line);
-            }
-            Sink::Queued { tx: None, .. } => {}
-        }
-    }
-}
 
 /// Per-sandbox totals (the `egress` field of a result).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
@@ -1373,65 +1246,4 @@ async fn channel_addrs(
         .into_iter()
         .map(|ip| SocketAddr::new(ip, ch.port))
         .collect())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A writer whose bytes the test reads back, counting its writes.
-    #[derive(Clone, Default)]
-    struct Shared(Arc<Mutex<(Vec<u8>, usize)>>);
-    impl Write for Shared {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            let mut g = self.0.lock().unwrap();
-            g.0.extend_from_slice(buf);
-            g.1 += 1;
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-
-    /// Lines from many threads reach a buffered log whole, each thread's in
-    /// its order, none lost, once the log is dropped; the direct log writes
-    /// each line with exactly one write (not one per JSON token). How many
-    /// writes a batch saves depends on timing and is measured, not tested.
-    #[test]
-    fn a_buffered_log_writes_every_line_whole_and_in_order() {
-        let out = Shared::default();
-        let log = Arc::new(WriterLog::buffered(Box::new(out.clone())));
-        let threads: Vec<_> = (0..4)
-            .map(|t| {
-                let log = log.clone();
-                std::thread::spawn(move || {
-                    for i in 0..5_000 {
-                        log.line(json!({"t": t, "i": i, "pad": "x".repeat(i % 97)}));
-                    }
-                })
-            })
-            .collect();
-        for t in threads {
-            t.join().unwrap();
-        }
-        drop(Arc::into_inner(log).expect("the only reference"));
-        let (bytes, _) = out.0.lock().unwrap().clone();
-        let text = String::from_utf8(bytes).unwrap();
-        let mut next = [0u64; 4];
-        for line in text.lines() {
-            let v: serde_json::Value = serde_json::from_str(line).unwrap();
-            let t = v["t"].as_u64().unwrap() as usize;
-            assert_eq!(v["i"].as_u64().unwrap(), next[t], "thread {t} out of order");
-            next[t] += 1;
-        }
-        assert_eq!(next, [5_000; 4], "lines lost");
-
-        let out = Shared::default();
-        let log = WriterLog::new(Box::new(out.clone()));
-        for i in 0..10 {
-            log.line(json!({"i": i, "nested": {"a": [1, 2, 3]}}));
-        }
-        assert_eq!(out.0.lock().unwrap().1, 10, "one write per line");
-    }
 }
