@@ -24,6 +24,7 @@ pub mod mcp;
 pub mod metrics;
 mod models;
 pub mod openapi;
+mod retention;
 mod runs;
 mod secrets;
 mod uploads;
@@ -262,6 +263,7 @@ pub fn api_router() -> OpenApiRouter<AppState> {
         .merge(approvals::routes())
         .merge(emergency::routes())
         .merge(models::routes())
+        .merge(retention::routes())
         .merge(uploads::routes())
         .merge(webhooks::routes())
 }

@@ -43,7 +43,7 @@ impl Modify for Security {
     tags(
         (name = "health"), (name = "identity"), (name = "workers"), (name = "runs"),
         (name = "secrets"), (name = "audit"), (name = "uploads"), (name = "webhooks"),
-        (name = "approvals"), (name = "emergency"), (name = "models")
+        (name = "approvals"), (name = "emergency"), (name = "models"), (name = "retention")
     )
 )]
 pub struct ApiDoc;

@@ -14,6 +14,7 @@ use airlock_protocol::approvals::{
 };
 use airlock_protocol::emergency::{EmergencyState, StopRequest, Stopped};
 use airlock_protocol::models::{ModelProfile, ModelProfileList, PutModelProfile};
+use airlock_protocol::retention::{Retention, RetentionApplied};
 use airlock_protocol::runs::{
     Cancelled, CreatePlan, CreateRun, ListRuns, PlanCreated, ResolveRun, RetryRun, Run, RunCreated,
     RunDetail, RunEvent, RunList, RunPlan,
@@ -477,6 +478,35 @@ impl Door {
             Door::Local { svc, caller } => svc.emergency_resume(caller).await,
             Door::Remote(r) => r
                 .request("POST", "/v1/emergency-stop/resume", &[], None::<&()>)
+                .await?
+                .json(),
+        }
+    }
+
+    pub async fn get_retention(&self) -> Result<Retention, Error> {
+        match self {
+            Door::Local { svc, caller } => svc.get_retention(caller).await,
+            Door::Remote(r) => r.get("/v1/retention").await,
+        }
+    }
+
+    pub async fn set_retention(&self, b: &Retention) -> Result<Retention, Error> {
+        match self {
+            Door::Local { svc, caller } => svc.set_retention(caller, b).await,
+            Door::Remote(r) => r
+                .request("PUT", "/v1/retention", &[], Some(b))
+                .await?
+                .json(),
+        }
+    }
+
+    /// A retention pass now; `dry_run`: only what it would remove.
+    pub async fn apply_retention(&self, dry_run: bool) -> Result<RetentionApplied, Error> {
+        match self {
+            Door::Local { svc, caller } => svc.apply_retention(caller, dry_run).await,
+            Door::Remote(r) if dry_run => r.get("/v1/retention/preview").await,
+            Door::Remote(r) => r
+                .request("POST", "/v1/retention/apply", &[], None::<&()>)
                 .await?
                 .json(),
         }

@@ -15,6 +15,7 @@ mod maint_cmd;
 mod mcp_cmd;
 mod models_cmd;
 mod proxy_cmd;
+mod retention_cmd;
 mod runs_cmd;
 mod sandbox_cmd;
 mod secrets_cmd;
@@ -92,6 +93,12 @@ enum Command {
         show: bool,
         #[arg(long)]
         json: bool,
+    },
+    /// Retention per workspace: how long runs, logs, artifacts, uploads and
+    /// schedule fires are kept, and a pass that removes the rest.
+    Retention {
+        #[command(subcommand)]
+        command: retention_cmd::RetentionCommand,
     },
     /// Clear the emergency stop. Restarts nothing.
     Resume {
@@ -212,6 +219,7 @@ fn main() -> ExitCode {
         Command::Approvals { command } => approvals_cmd::approvals(&cli.paths, &command),
         Command::Stop { reason, show, json } => approvals_cmd::stop(&cli.paths, reason, show, json),
         Command::Resume { json } => approvals_cmd::resume(&cli.paths, json),
+        Command::Retention { command } => retention_cmd::retention(&cli.paths, &command),
         Command::Worker { command, json } => worker_cmd::worker(&command, json),
         Command::Audit { command } => audit_cmd::audit(&cli.paths, &command),
         Command::Validate(a) => maint_cmd::validate(&cli.paths, &a),

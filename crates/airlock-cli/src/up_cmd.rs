@@ -212,6 +212,16 @@ async fn serve(
             tracing::error!(target: "airlock::audit", event = "checkpoint_failed", error = %e.message);
         }
     }));
+    // DUR-7: retention passes over workspaces that set it (hourly).
+    let retention = tokio::spawn(svc.clone().run_retention(stop_rx.clone(), |ws, r| match r {
+        Ok(a) if a.removed.runs + a.removed.log_events + a.removed.artifacts + a.removed.uploads + a.removed.fires > 0 => {
+            tracing::info!(target: "airlock::retention", event = "retention_applied", workspace = ws, runs = a.removed.runs, log_events = a.removed.log_events, artifacts = a.removed.artifacts, uploads = a.removed.uploads, fires = a.removed.fires);
+        }
+        Ok(_) => {}
+        Err(e) => {
+            tracing::error!(target: "airlock::retention", event = "retention_failed", workspace = ws, error = %e.message);
+        }
+    }));
     let workers = svc.loaded_workers();
     println!(
         "{}",
@@ -303,6 +313,7 @@ async fn serve(
     reaper.abort();
     scheduler.abort();
     checkpointer.abort();
+    retention.abort();
     // A last checkpoint once the work has stopped (a clean shutdown).
     match svc.checkpoint_audit(false).await {
         Ok(made) => {

@@ -18,6 +18,7 @@ pub mod emergency;
 pub mod error;
 pub mod identity;
 pub mod models;
+pub mod retention;
 pub mod runs;
 pub mod secrets;
 pub mod uploads;

@@ -107,6 +107,9 @@ pub struct Config {
     /// Where sandbox proxies write one line per decision and per closed
     /// connection (NET-7); `airlock up` points it at its structured log.
     pub egress_log: Arc<dyn airlock_egress::proxy::LogSink>,
+    /// How often `airlock up` runs the retention pass over workspaces with
+    /// retention settings (DUR-7; zero: never).
+    pub retention_interval: Duration,
 }
 
 impl Config {
@@ -130,6 +133,7 @@ impl Config {
             model_allow_private: Vec::new(),
             sandbox_pool: 0,
             egress_log: Arc::new(airlock_egress::proxy::NullLog),
+            retention_interval: Duration::from_secs(3600),
         }
     }
 }

@@ -34,6 +34,7 @@ mod keyfile;
 mod maintenance;
 pub mod metrics;
 mod model_profiles;
+mod retention;
 mod runs;
 pub mod schedule_eval;
 mod scheduler;

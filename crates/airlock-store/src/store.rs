@@ -148,6 +148,7 @@ const SQLITE_MIGRATIONS: &[(i64, &str)] = &[
     (4, include_str!("../migrations/shared/0004_api.sql")),
     (5, include_str!("../migrations/shared/0005_approvals.sql")),
     (6, include_str!("../migrations/shared/0006_agents.sql")),
+    (7, include_str!("../migrations/shared/0007_retention.sql")),
 ];
 const POSTGRES_MIGRATIONS: &[(i64, &str)] = &[
     (1, include_str!("../migrations/postgres/0001_init.sql")),
@@ -156,6 +157,7 @@ const POSTGRES_MIGRATIONS: &[(i64, &str)] = &[
     (4, include_str!("../migrations/shared/0004_api.sql")),
     (5, include_str!("../migrations/shared/0005_approvals.sql")),
     (6, include_str!("../migrations/shared/0006_agents.sql")),
+    (7, include_str!("../migrations/shared/0007_retention.sql")),
 ];
 
 /// The grants of the runtime role in the two-role PostgreSQL setup (AUD-3),
@@ -172,7 +174,7 @@ pub fn postgres_runtime_grants(role: &str) -> Option<String> {
 }
 
 /// The newest schema version this build knows.
-pub const SCHEMA_VERSION: i64 = 6;
+pub const SCHEMA_VERSION: i64 = 7;
 
 /// What [`Store::inspect`] found, without writing anything.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -355,3 +355,111 @@ fn dur_6_an_interrupted_apply_resumes_and_a_swapped_symlink_is_refused() {
     let m: Value = serde_json::from_slice(&std::fs::read(&manifest).unwrap()).unwrap();
     assert_eq!(m["entries"][1]["state"], "refused");
 }
+
+/// DUR-7 then DUR-6, through the real binary: a workspace's retention
+/// removes a run that ended long enough ago (its record, events and
+/// artifact records), a dry run first counting exactly that; the run is gone
+/// from `runs get`; `gc` then finds its blobs unreferenced and moves them to
+/// the trash; validate and the audit chain stay clean, with `retention.set`
+/// and `retention.applied` on it. Time is moved by ageing the run's
+/// `finished_at` in the database (what 40 days would do). Controls: before
+/// the ageing a pass counts nothing, gc finds nothing, and the run is there;
+/// a run that has not aged is kept; out-of-range days are refused.
+#[test]
+fn dur_7_retention_removes_an_old_run_and_gc_frees_its_blobs() {
+    let env = env_with_run();
+    let (v, code, err) = env.run_json(&["mk"]);
+    assert_eq!(code, 0, "{v} {err}");
+    let young = v["run"]["id"].as_str().unwrap().to_string();
+    let (code, v, text) = run(&env, &["runs", "list", "--json"]);
+    assert_eq!(code, 0, "{text}");
+    let old = v["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["id"].as_str().unwrap().to_string())
+        .find(|id| *id != young)
+        .unwrap();
+
+    let (code, _, text) = run(&env, &["retention", "set", "--runs-days", "0"]);
+    assert_ne!(code, 0, "days must be 1 or more: {text}");
+    assert!(
+        text.contains("invalid_request") && text.contains("runs_days"),
+        "{text}"
+    );
+    let (code, v, text) = run(&env, &["retention", "set", "--runs-days", "30", "--json"]);
+    assert_eq!(code, 0, "{text}");
+    assert_eq!(v["runs_days"], 30, "{v}");
+    assert!(v["logs_days"].is_null(), "{v}");
+    let (code, v, text) = run(&env, &["retention", "apply", "--dry-run", "--json"]);
+    assert_eq!(code, 0, "{text}");
+    assert_eq!(v["removed"]["runs"], 0, "control: nothing has aged: {v}");
+    let (_, v, _) = run(&env, &["gc", "--json"]);
+    assert_eq!(v["entries"].as_array().map(Vec::len), Some(0), "{v}");
+
+    // Forty days pass for the older run.
+    let db = env.data.join("airlock.db");
+    let script = format!(
+        "import sqlite3,sys\nc=sqlite3.connect(sys.argv[1])\nc.execute(\"UPDATE runs SET finished_at = finished_at - 40*86400000 WHERE id = '{old}'\")\nc.commit()\n"
+    );
+    let st = Command::new("/usr/bin/python3")
+        .args(["-c", &script, db.to_str().unwrap()])
+        .status()
+        .unwrap();
+    assert!(st.success());
+
+    let (code, preview, text) = run(&env, &["retention", "apply", "--dry-run", "--json"]);
+    assert_eq!(code, 0, "{text}");
+    assert_eq!(preview["removed"]["runs"], 1, "{preview}");
+    assert_eq!(preview["dry_run"], true);
+    let (code, _, text) = run(&env, &["runs", "get", &old, "--json"]);
+    assert_eq!(code, 0, "a dry run removed the run: {text}");
+    let (code, v, text) = run(&env, &["retention", "apply", "--json"]);
+    assert_eq!(code, 0, "{text}");
+    assert_eq!(v["removed"], preview["removed"], "{v}");
+    let (code, _, text) = run(&env, &["runs", "get", &old, "--json"]);
+    assert_ne!(code, 0, "the old run is still there: {text}");
+    let (code, _, text) = run(&env, &["runs", "get", &young, "--json"]);
+    assert_eq!(code, 0, "the young run went too: {text}");
+
+    // The young run published the same bytes, so gc finds nothing yet…
+    let (_, v, _) = run(&env, &["gc", "--json"]);
+    assert_eq!(v["entries"].as_array().map(Vec::len), Some(0), "{v}");
+    // …until it ages too; then both runs' blobs are unreferenced.
+    let script = script.replace(&old, &young);
+    let st = Command::new("/usr/bin/python3")
+        .args(["-c", &script, db.to_str().unwrap()])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let (code, v, text) = run(&env, &["retention", "apply", "--json"]);
+    assert_eq!(
+        (code, v["removed"]["runs"].as_u64()),
+        (0, Some(1)),
+        "{text}"
+    );
+    let (manifest, v) = apply(&env);
+    assert!(
+        v["entries"]
+            .as_array()
+            .is_some_and(|e| e.len() >= 2 && e.iter().all(|x| x["reason"] == "orphan_blob")),
+        "{v}"
+    );
+    assert!(manifest.exists());
+    let (code, found, text) = validate(&env, "full");
+    assert_eq!((code, found.len()), (0, 0), "{text}");
+    let out = env.cmd().args(["audit", "verify"]).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let out = env.cmd().args(["audit", "export"]).output().unwrap();
+    let export = String::from_utf8_lossy(&out.stdout);
+    assert!(export.contains("\"retention.set\""), "{export}");
+    assert_eq!(
+        export.matches("\"retention.applied\"").count(),
+        2,
+        "{export}"
+    );
+}

@@ -118,6 +118,7 @@ mod execution;
 mod identity;
 mod maintenance;
 mod plans;
+mod retention;
 mod roles;
 mod runs;
 mod schedules;

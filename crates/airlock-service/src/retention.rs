@@ -1,0 +1,173 @@
+//! Retention per workspace (DUR-7): reading and setting a workspace's
+//! settings, a pass that removes what they let go of (`apply_retention`,
+//! with a dry run), and the periodic pass `airlock up` runs. Every removal
+//! is audited (`retention.applied`, in the same commit as the rows it
+//! removed); setting is audited too (`retention.set`). What a setting
+//! removes is written once, in `airlock_store::retention`.
+//!
+//! All of it is `workspace.manage`. No MCP tool reaches it (SPEC DUR-6: no
+//! destructive retention operation over MCP).
+//!
+//! Must not: contain SQL; remove bytes (blobs are `gc`'s).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use airlock_iam::Permission;
+use airlock_protocol::retention::{MAX_DAYS, Retention, RetentionApplied, RetentionRemoved};
+use airlock_protocol::{Error, ErrorCode};
+use airlock_store::{AuditRecord, RetentionSettings};
+use serde_json::json;
+
+use crate::caller::Caller;
+use crate::error::{Result, StoreResultExt};
+use crate::service::Service;
+
+fn to_store(r: &Retention) -> Result<RetentionSettings> {
+    let days = |name: &str, v: Option<u64>| -> Result<Option<i64>> {
+        match v {
+            None => Ok(None),
+            Some(d) if (1..=MAX_DAYS).contains(&d) => Ok(i64::try_from(d).ok()),
+            Some(d) => Err(Error::new(
+                ErrorCode::InvalidRequest,
+                format!(
+                    "{name} is {d}; it must be between 1 and {MAX_DAYS} days, or absent to keep for ever"
+                ),
+            )),
+        }
+    };
+    Ok(RetentionSettings {
+        runs_days: days("runs_days", r.runs_days)?,
+        logs_days: days("logs_days", r.logs_days)?,
+        artifacts_days: days("artifacts_days", r.artifacts_days)?,
+        uploads_days: days("uploads_days", r.uploads_days)?,
+        fires_days: days("fires_days", r.fires_days)?,
+    })
+}
+
+fn from_store(s: RetentionSettings) -> Retention {
+    let days = |v: Option<i64>| v.and_then(|d| u64::try_from(d).ok());
+    Retention {
+        runs_days: days(s.runs_days),
+        logs_days: days(s.logs_days),
+        artifacts_days: days(s.artifacts_days),
+        uploads_days: days(s.uploads_days),
+        fires_days: days(s.fires_days),
+    }
+}
+
+fn removed(r: &airlock_store::RetentionRemoved) -> RetentionRemoved {
+    RetentionRemoved {
+        runs: r.runs,
+        log_events: r.log_events,
+        artifacts: r.artifacts,
+        uploads: r.uploads,
+        fires: r.fires,
+    }
+}
+
+impl Service {
+    /// The caller's workspace's retention settings.
+    pub async fn get_retention(&self, c: &Caller) -> Result<Retention> {
+        c.require(Permission::WorkspaceManage)?;
+        let s = self.store.retention_settings(&c.workspace).await.svc()?;
+        Ok(from_store(s))
+    }
+
+    /// Replaces the caller's workspace's retention settings (a missing
+    /// field keeps that material for ever). Nothing is removed until the
+    /// next pass.
+    pub async fn set_retention(&self, c: &Caller, r: &Retention) -> Result<Retention> {
+        c.require(Permission::WorkspaceManage)?;
+        let s = to_store(r)?;
+        let rec = AuditRecord::system("retention.set", None)
+            .with_actor(c.audit_actor())
+            .with_metadata(json!({"retention": r}));
+        self.store
+            .set_retention_settings(&c.workspace, s, c.actor_id(), rec)
+            .await
+            .svc()?;
+        Ok(from_store(s))
+    }
+
+    /// One retention pass over the caller's workspace now; with
+    /// `dry_run`, only what it would remove.
+    pub async fn apply_retention(&self, c: &Caller, dry_run: bool) -> Result<RetentionApplied> {
+        c.require(Permission::WorkspaceManage)?;
+        self.retention_pass(&c.workspace, c.audit_actor(), dry_run)
+            .await
+    }
+
+    async fn retention_pass(
+        &self,
+        workspace: &str,
+        actor: airlock_audit::chain::Actor,
+        dry_run: bool,
+    ) -> Result<RetentionApplied> {
+        let s = self.store.retention_settings(workspace).await.svc()?;
+        let now = self.cfg.clock.now_ms();
+        let settings = from_store(s);
+        let out = if dry_run {
+            self.store
+                .retention_preview(workspace, s, now)
+                .await
+                .svc()?
+        } else {
+            self.store
+                .apply_retention(workspace, s, now, |step| {
+                    AuditRecord::system("retention.applied", None)
+                        .with_actor(actor.clone())
+                        .with_metadata(json!({
+                            "retention": settings,
+                            "removed": removed(step),
+                        }))
+                })
+                .await
+                .svc()?
+        };
+        Ok(RetentionApplied {
+            dry_run,
+            retention: settings,
+            removed: removed(&out),
+        })
+    }
+
+    /// Runs a retention pass over every workspace with settings, at start
+    /// and then every `cfg.retention_interval` (zero: never), until `stop`
+    /// flips; `report` hears each workspace's outcome.
+    pub async fn run_retention(
+        self: Arc<Self>,
+        mut stop: tokio::sync::watch::Receiver<bool>,
+        report: impl Fn(&str, Result<RetentionApplied>) + Send + 'static,
+    ) {
+        let every = self.cfg.retention_interval;
+        if every.is_zero() {
+            return;
+        }
+        // A moment after start, so start-up recovery goes first.
+        let mut wait = Duration::from_secs(5).min(every);
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(wait) => {}
+                _ = stop.changed() => if *stop.borrow() { break },
+            }
+            wait = every;
+            let workspaces = match self.store.workspaces_with_retention().await.svc() {
+                Ok(w) => w,
+                Err(e) => {
+                    report("", Err(e));
+                    continue;
+                }
+            };
+            for ws in workspaces {
+                if *stop.borrow() {
+                    return;
+                }
+                let r = self
+                    .retention_pass(&ws, airlock_audit::chain::Actor::System, false)
+                    .await;
+                report(&ws, r);
+            }
+        }
+    }
+}

@@ -1,0 +1,312 @@
+//! Retention per workspace (DUR-7): a pass removes exactly what expired —
+//! ended runs with everything derived from them, log lines, artifact
+//! records, unneeded uploads, old schedule fires — in the workspace asked
+//! for only, never an `unknown` or unfinished run, never the upload an
+//! unfinished run names, never a schedule's newest fire; each removal is an
+//! audit event; the preview counts what the pass then removes.
+
+use std::time::Duration;
+
+use airlock_store::*;
+
+use crate::{WS_B, kinds, run_in};
+
+const DAY: i64 = 86_400_000;
+
+/// A run of `ws` taken to `state` through the executor's own calls, with a
+/// log line, a status event and an artifact; `idempotency` given.
+async fn ended(store: &Store, ws: &str, state: RunState, key: Option<&str>) -> String {
+    let mut new = run_in(ws, "w");
+    new.idempotency = key.map(|k| (k.to_string(), "h".to_string()));
+    let run = store.create_run(new).await.unwrap().run;
+    let c = store
+        .claim_run("node-t", Duration::from_secs(60), &run.id)
+        .await
+        .unwrap()
+        .unwrap();
+    let json = serde_json::json!({"line": "x"});
+    store
+        .append_event(&run.id, c.token, "log", &json)
+        .await
+        .unwrap();
+    store
+        .append_event(&run.id, c.token, "status", &json)
+        .await
+        .unwrap();
+    store
+        .add_artifact(
+            &run.id,
+            c.token,
+            &Artifact {
+                name: "out.txt".into(),
+                digest: "ab".repeat(32),
+                size: 1,
+                media_type: "text/plain".into(),
+            },
+        )
+        .await
+        .unwrap();
+    store
+        .finish_run(&run.id, c.token, state, &Finish::default())
+        .await
+        .unwrap();
+    run.id
+}
+
+async fn upload(store: &Store, ws: &str, id: &str, digest: &str) {
+    store
+        .create_upload(
+            &UploadRecord {
+                id: id.into(),
+                workspace_id: ws.into(),
+                user_id: "usr_1".into(),
+                name: "a.txt".into(),
+                digest: digest.into(),
+                size: 1,
+                media_type: "text/plain".into(),
+                created_at: now_ms(),
+            },
+            AuditRecord::system("upload.created", None),
+        )
+        .await
+        .unwrap();
+}
+
+fn rec(step: &RetentionRemoved) -> AuditRecord {
+    AuditRecord::system("retention.applied", None)
+        .with_metadata(serde_json::json!({"runs": step.runs}))
+}
+
+async fn dur_7_retention_removes_what_expired_and_nothing_else(store: Store) {
+    store.ensure_workspace(WS_B, "b").await.unwrap();
+    let old = ended(&store, DEFAULT_WORKSPACE, RunState::Succeeded, Some("k1")).await;
+    let failed = ended(&store, DEFAULT_WORKSPACE, RunState::Failed, None).await;
+    let unknown = ended(&store, DEFAULT_WORKSPACE, RunState::Unknown, None).await;
+    let other = ended(&store, WS_B, RunState::Succeeded, None).await;
+    let needed = "cd".repeat(32);
+    let mut waiting = run_in(DEFAULT_WORKSPACE, "w");
+    waiting.input = serde_json::json!({"file": {"upload": "upl_b", "sha256": needed}});
+    let waiting = store.create_run(waiting).await.unwrap().run.id;
+    upload(&store, DEFAULT_WORKSPACE, "upl_a", &"ef".repeat(32)).await;
+    upload(&store, DEFAULT_WORKSPACE, "upl_b", &needed).await;
+    upload(&store, WS_B, "upl_c", &"ef".repeat(32)).await;
+    let now = now_ms();
+    for at in [1_000, 2_000, 3_000] {
+        assert!(
+            store
+                .claim_fire(DEFAULT_WORKSPACE, "w", 0, at, now)
+                .await
+                .unwrap()
+        );
+        assert!(store.claim_fire(WS_B, "w", 0, at, now).await.unwrap());
+    }
+    let every = RetentionSettings {
+        runs_days: Some(30),
+        logs_days: Some(30),
+        artifacts_days: Some(30),
+        uploads_days: Some(30),
+        fires_days: Some(30),
+    };
+
+    // Control: a day before anything expires, nothing is counted or removed.
+    let early = now_ms() + 29 * DAY;
+    assert_eq!(
+        store
+            .retention_preview(DEFAULT_WORKSPACE, every, early)
+            .await
+            .unwrap(),
+        RetentionRemoved::default()
+    );
+    let none = store
+        .apply_retention(DEFAULT_WORKSPACE, every, early, rec)
+        .await
+        .unwrap();
+    assert_eq!(none, RetentionRemoved::default());
+    assert!(
+        store
+            .get_run(DEFAULT_WORKSPACE, &old)
+            .await
+            .unwrap()
+            .is_some()
+    );
+
+    // Logs and artifact records alone: the runs stay, their other events too.
+    let later = now_ms() + 31 * DAY;
+    let parts = RetentionSettings {
+        logs_days: Some(30),
+        artifacts_days: Some(30),
+        ..RetentionSettings::default()
+    };
+    let want = store
+        .retention_preview(DEFAULT_WORKSPACE, parts, later)
+        .await
+        .unwrap();
+    let got = store
+        .apply_retention(DEFAULT_WORKSPACE, parts, later, rec)
+        .await
+        .unwrap();
+    assert_eq!(want, got);
+    // old, failed; the unknown run keeps its material.
+    assert_eq!((got.log_events, got.artifacts, got.runs), (2, 2, 0));
+    let events = store.events(DEFAULT_WORKSPACE, &old, 0, 100).await.unwrap();
+    assert_eq!(events.len(), 1, "the status event stays");
+    assert!(
+        store
+            .artifacts(DEFAULT_WORKSPACE, &old)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(
+        store
+            .artifacts(DEFAULT_WORKSPACE, &unknown)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+
+    // Everything.
+    let want = store
+        .retention_preview(DEFAULT_WORKSPACE, every, later)
+        .await
+        .unwrap();
+    let got = store
+        .apply_retention(DEFAULT_WORKSPACE, every, later, rec)
+        .await
+        .unwrap();
+    assert_eq!(want, got);
+    assert_eq!(
+        got,
+        RetentionRemoved {
+            runs: 2,
+            log_events: 0,
+            artifacts: 0,
+            uploads: 1,
+            fires: 2,
+        }
+    );
+    for gone in [&old, &failed] {
+        assert!(
+            store
+                .get_run(DEFAULT_WORKSPACE, gone)
+                .await
+                .unwrap()
+                .is_none()
+        );
+        assert!(
+            store
+                .events(DEFAULT_WORKSPACE, gone, 0, 100)
+                .await
+                .unwrap()
+                .is_empty()
+        );
+    }
+    for kept in [&unknown, &waiting] {
+        assert!(
+            store
+                .get_run(DEFAULT_WORKSPACE, kept)
+                .await
+                .unwrap()
+                .is_some()
+        );
+    }
+    assert!(store.get_run(WS_B, &other).await.unwrap().is_some());
+    assert_eq!(store.events(WS_B, &other, 0, 100).await.unwrap().len(), 2);
+    // The idempotency key went with its run: the same key makes a new run.
+    let mut again = run_in(DEFAULT_WORKSPACE, "w");
+    again.idempotency = Some(("k1".into(), "h".into()));
+    let created = store.create_run(again).await.unwrap();
+    assert_ne!(created.run.id, old);
+    assert!(
+        store
+            .get_upload(DEFAULT_WORKSPACE, "upl_a")
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(store.get_upload(WS_B, "upl_c").await.unwrap().is_some());
+    assert!(
+        store
+            .get_upload(DEFAULT_WORKSPACE, "upl_b")
+            .await
+            .unwrap()
+            .is_some()
+    );
+    let fires = |ws: &'static str| {
+        let store = store.clone();
+        async move {
+            store
+                .list_fires(ws, "w", 0, 10)
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|f| f.fire_at)
+                .collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(
+        fires(DEFAULT_WORKSPACE).await,
+        vec![3_000],
+        "the newest stays"
+    );
+    assert_eq!(fires(WS_B).await, vec![3_000, 2_000, 1_000]);
+
+    // Each removing step is on the chain; a pass that removed nothing is not.
+    let lines = store.audit_lines(DEFAULT_WORKSPACE).await.unwrap();
+    let applied = kinds(&lines)
+        .iter()
+        .filter(|k| *k == "retention.applied")
+        .count();
+    assert_eq!(applied, 3, "logs+artifacts, the runs step, the rest");
+    assert!(
+        kinds(&store.audit_lines(WS_B).await.unwrap())
+            .iter()
+            .all(|k| k != "retention.applied")
+    );
+}
+both!(dur_7_retention_removes_what_expired_and_nothing_else);
+
+async fn dur_7_retention_settings_are_per_workspace(store: Store) {
+    store.ensure_workspace(WS_B, "b").await.unwrap();
+    assert!(
+        store
+            .retention_settings(DEFAULT_WORKSPACE)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let s = RetentionSettings {
+        runs_days: Some(7),
+        ..RetentionSettings::default()
+    };
+    store
+        .set_retention_settings(
+            DEFAULT_WORKSPACE,
+            s,
+            "usr_1",
+            AuditRecord::system("retention.set", None),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        store.retention_settings(DEFAULT_WORKSPACE).await.unwrap(),
+        s
+    );
+    assert!(store.retention_settings(WS_B).await.unwrap().is_empty());
+    assert_eq!(
+        store.workspaces_with_retention().await.unwrap(),
+        vec![DEFAULT_WORKSPACE.to_string()]
+    );
+    store
+        .set_retention_settings(
+            DEFAULT_WORKSPACE,
+            RetentionSettings::default(),
+            "usr_1",
+            AuditRecord::system("retention.set", None),
+        )
+        .await
+        .unwrap();
+    assert!(store.workspaces_with_retention().await.unwrap().is_empty());
+}
+both!(dur_7_retention_settings_are_per_workspace);
