@@ -102,6 +102,7 @@ pub fn status_of(code: ErrorCode) -> StatusCode {
         | C::MfaNotPending
         | C::MfaEnabled
         | C::LastOwner
+        | C::WorkspaceBusy
         | C::IdempotencyConflict
         | C::PlanRefused
         | C::NoWebhookTrigger

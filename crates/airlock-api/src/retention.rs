@@ -1,12 +1,13 @@
 //! Retention routes (DUR-7, API-2) for the caller's workspace: its
-//! settings, what a pass would remove now, and a pass. Removing is
+//! settings, what a pass would remove now, and a pass; and deleting the
+//! workspace. Removing is
 //! `workspace.manage`; the bytes of what no record names any more are left
 //! to `airlock gc`.
 
 use airlock_protocol::ErrorBody;
-use airlock_protocol::retention::{Retention, RetentionApplied};
+use airlock_protocol::retention::{DeleteWorkspace, Retention, RetentionApplied, WorkspaceDeleted};
 use axum::Json;
-use axum::extract::State;
+use axum::extract::{Path, State};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
@@ -18,6 +19,7 @@ pub(crate) fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(get_retention, put_retention))
         .routes(routes!(preview_retention))
         .routes(routes!(apply_retention))
+        .routes(routes!(delete_workspace))
 }
 
 #[utoipa::path(get, path = "/v1/retention", tag = "retention", responses((status = 200, description = "the workspace's retention (absent fields: kept for ever)", body = Retention), (status = "4XX", description = "error", body = ErrorBody), (status = "5XX", description = "internal error", body = ErrorBody)))]
@@ -57,4 +59,17 @@ async fn apply_retention(
     InWorkspace(c): InWorkspace,
 ) -> Result<Json<RetentionApplied>, ApiError> {
     Ok(Json(s.service.apply_retention(&c, false).await?))
+}
+
+/// Deletes the caller's workspace (`workspace.delete`) with everything it
+/// owns; its audit chain stays. `confirm` is the workspace's name.
+#[utoipa::path(post, path = "/v1/workspaces/{id}/delete", tag = "retention", params(("id" = String, Path, description = "the workspace (the caller's)", max_length = 64)), request_body = DeleteWorkspace, responses((status = 200, description = "deleted", body = WorkspaceDeleted), (status = "4XX", description = "error", body = ErrorBody), (status = "5XX", description = "internal error", body = ErrorBody)))]
+async fn delete_workspace(
+    State(s): State<AppState>,
+    InWorkspace(c): InWorkspace,
+    Path(id): Path<String>,
+    b: JsonBody<DeleteWorkspace>,
+) -> Result<Json<WorkspaceDeleted>, ApiError> {
+    let b = body(b)?;
+    Ok(Json(s.service.delete_workspace(&c, &id, &b.confirm).await?))
 }

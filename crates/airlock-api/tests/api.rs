@@ -161,6 +161,11 @@ async fn api_1_the_openapi_document_and_the_router_describe_the_same_routes() {
         ("GET", "/v1/secrets"),
         ("PUT", "/v1/secrets/{name}"),
         ("DELETE", "/v1/secrets/{name}"),
+        ("GET", "/v1/retention"),
+        ("PUT", "/v1/retention"),
+        ("GET", "/v1/retention/preview"),
+        ("POST", "/v1/retention/apply"),
+        ("POST", "/v1/workspaces/{id}/delete"),
     ];
     for (m, p) in served {
         assert!(

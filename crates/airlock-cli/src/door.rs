@@ -14,7 +14,7 @@ use airlock_protocol::approvals::{
 };
 use airlock_protocol::emergency::{EmergencyState, StopRequest, Stopped};
 use airlock_protocol::models::{ModelProfile, ModelProfileList, PutModelProfile};
-use airlock_protocol::retention::{Retention, RetentionApplied};
+use airlock_protocol::retention::{DeleteWorkspace, Retention, RetentionApplied, WorkspaceDeleted};
 use airlock_protocol::runs::{
     Cancelled, CreatePlan, CreateRun, ListRuns, PlanCreated, ResolveRun, RetryRun, Run, RunCreated,
     RunDetail, RunEvent, RunList, RunPlan,
@@ -507,6 +507,27 @@ impl Door {
             Door::Remote(r) if dry_run => r.get("/v1/retention/preview").await,
             Door::Remote(r) => r
                 .request("POST", "/v1/retention/apply", &[], None::<&()>)
+                .await?
+                .json(),
+        }
+    }
+
+    pub async fn delete_workspace(
+        &self,
+        id: &str,
+        confirm: &str,
+    ) -> Result<WorkspaceDeleted, Error> {
+        match self {
+            Door::Local { svc, caller } => svc.delete_workspace(caller, id, confirm).await,
+            Door::Remote(r) => r
+                .request(
+                    "POST",
+                    &format!("/v1/workspaces/{}/delete", encode(id)),
+                    &[],
+                    Some(&DeleteWorkspace {
+                        confirm: confirm.to_string(),
+                    }),
+                )
                 .await?
                 .json(),
         }

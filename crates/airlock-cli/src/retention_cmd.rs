@@ -40,6 +40,17 @@ pub enum RetentionCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Delete the workspace ID (yours, against a server) with everything it
+    /// owns: runs, uploads, secrets, members, keys, settings. Its audit
+    /// chain stays. Refused while a run of it has not ended.
+    DeleteWorkspace {
+        id: String,
+        /// The workspace's name, typed again.
+        #[arg(long, value_name = "NAME")]
+        confirm: String,
+        #[arg(long)]
+        json: bool,
+    },
     /// Remove now what the retention lets go of (audited). The bytes of
     /// artifacts and uploads no record names any more are `airlock gc`'s.
     Apply {
@@ -118,6 +129,24 @@ pub fn retention(paths: &Paths, cmd: &RetentionCommand) -> ExitCode {
                 }
                 Ok(r) => {
                     show(&r);
+                    ExitCode::SUCCESS
+                }
+                Err(e) => fail(&e),
+            }
+        }
+        RetentionCommand::DeleteWorkspace { id, confirm, json } => {
+            match door.delete_workspace(id, confirm).await {
+                Ok(d) if *json => {
+                    json_out(&d);
+                    ExitCode::SUCCESS
+                }
+                Ok(d) => {
+                    let rows: u64 = d.removed.values().sum();
+                    println!(
+                        "deleted workspace {} ({rows} rows); its audit chain stays",
+                        d.id
+                    );
+                    println!("blobs no record names any more are freed by `airlock gc --apply`");
                     ExitCode::SUCCESS
                 }
                 Err(e) => fail(&e),

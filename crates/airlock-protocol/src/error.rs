@@ -67,6 +67,7 @@ error_codes! {
     BootstrapRefused = "bootstrap_refused": "bootstrap is closed or the capability is wrong",
     ResetRefused = "reset_refused": "the reset or set-password token is unknown, used or expired",
     LastOwner = "last_owner": "a workspace keeps at least one owner",
+    WorkspaceBusy = "workspace_busy": "the workspace has runs that have not ended; cancel them (or stop the workspace) and delete it then",
     NoSuchUser = "no_such_user": "no such account; accounts are created by the instance's administrators",
     // Workers and runs.
     UnknownWorker = "unknown_worker": "no such worker in this workspace",

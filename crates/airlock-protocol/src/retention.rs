@@ -61,6 +61,24 @@ impl<'de> Deserialize<'de> for Retention {
     }
 }
 
+/// Body of `POST /v1/workspaces/{id}/delete`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DeleteWorkspace {
+    /// The workspace's name, typed again: what is deleted cannot be
+    /// brought back.
+    #[schema(max_length = 100)]
+    pub confirm: String,
+}
+
+/// What deleting a workspace removed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct WorkspaceDeleted {
+    pub id: String,
+    /// Rows removed, by table. The audit chain is not among them: it stays.
+    pub removed: std::collections::BTreeMap<String, u64>,
+}
+
 /// What a retention pass removed (or, for a dry run, would remove).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct RetentionRemoved {

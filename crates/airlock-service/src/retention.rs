@@ -1,4 +1,4 @@
-//! Retention per workspace (DUR-7): reading and setting a workspace's
+//! Retention per workspace and workspace deletion (DUR-7): reading and setting a workspace's
 //! settings, a pass that removes what they let go of (`apply_retention`,
 //! with a dry run), and the periodic pass `airlock up` runs. Every removal
 //! is audited (`retention.applied`, in the same commit as the rows it
@@ -14,9 +14,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use airlock_iam::Permission;
-use airlock_protocol::retention::{MAX_DAYS, Retention, RetentionApplied, RetentionRemoved};
+use airlock_protocol::retention::{
+    MAX_DAYS, Retention, RetentionApplied, RetentionRemoved, WorkspaceDeleted,
+};
 use airlock_protocol::{Error, ErrorCode};
-use airlock_store::{AuditRecord, RetentionSettings};
+use airlock_store::{AuditRecord, RetentionSettings, WorkspaceDeletion};
 use serde_json::json;
 
 use crate::caller::Caller;
@@ -168,6 +170,70 @@ impl Service {
                     .await;
                 report(&ws, r);
             }
+        }
+    }
+}
+
+impl Service {
+    /// Deletes the caller's workspace `id` (`workspace.delete`): every row
+    /// it owns and every row derived from them, in one transaction with its
+    /// `workspace.deleted` audit event (see `airlock_store::deletion`). Its
+    /// audit chain stays; blobs are left to `gc`. `confirm` must be the
+    /// workspace's name. Refused while any of its runs has not ended
+    /// (`workspace_busy`), and for the workspace the local workers folder
+    /// belongs to.
+    pub async fn delete_workspace(
+        &self,
+        c: &Caller,
+        id: &str,
+        confirm: &str,
+    ) -> Result<WorkspaceDeleted> {
+        c.require(Permission::WorkspaceDelete)?;
+        // Another workspace's id looks like one that does not exist.
+        let not_found = || Error::new(ErrorCode::NotFound, "no such workspace");
+        if id != c.workspace {
+            return Err(not_found());
+        }
+        if id == self.cfg.workers_workspace {
+            return Err(Error::new(
+                ErrorCode::InvalidRequest,
+                "the workspace of this server's local workers folder cannot be deleted",
+            ));
+        }
+        let name = self
+            .store
+            .workspace_name(id)
+            .await
+            .svc()?
+            .ok_or_else(not_found)?;
+        if confirm != name {
+            return Err(Error::new(
+                ErrorCode::InvalidRequest,
+                "confirm must be the workspace's name, exactly",
+            ));
+        }
+        let actor = c.audit_actor();
+        let outcome = self
+            .store
+            .delete_workspace(id, self.cfg.clock.now_ms(), |removed| {
+                AuditRecord::system("workspace.deleted", None)
+                    .with_actor(actor)
+                    .with_metadata(json!({"name": name, "removed": removed}))
+            })
+            .await
+            .svc()?;
+        match outcome {
+            WorkspaceDeletion::Deleted(removed) => Ok(WorkspaceDeleted {
+                id: id.to_string(),
+                removed,
+            }),
+            WorkspaceDeletion::NotFound => Err(not_found()),
+            WorkspaceDeletion::Busy(n) => Err(Error::new(
+                ErrorCode::WorkspaceBusy,
+                format!(
+                    "{n} run(s) of the workspace have not ended; cancel them (or `airlock stop`) first"
+                ),
+            )),
         }
     }
 }

@@ -144,11 +144,15 @@ impl Store {
         let id = random_id("run");
         let now = now_ms();
         let mut tx = self.pool.begin().await?;
-        // Write first: in SQLite this takes the write lock at once, so the
-        // reads below cannot deadlock on a lock upgrade.
-        sqlx::query(
+        // Serialised with the workspace's deletion (and its audit appends)
+        // first: a run is never queued in a workspace being deleted. In
+        // SQLite this takes the write lock at once, so the reads below
+        // cannot deadlock on a lock upgrade.
+        self.serialise_workspace(&mut tx, &new.workspace_id).await?;
+        let inserted = sqlx::query(
             "INSERT INTO runs (id, workspace_id, worker_id, state, input, input_hash, trigger_source, actor, plan_id, created_at) \
-             VALUES ($1, $2, $3, 'queued', $4, $5, $6, $7, $8, $9)",
+             SELECT $1, $2, $3, 'queued', $4, $5, $6, $7, $8, $9 \
+             WHERE EXISTS (SELECT 1 FROM workspaces WHERE id = $2 AND deleted_at IS NULL)",
         )
         .bind(&id)
         .bind(&new.workspace_id)
@@ -160,7 +164,12 @@ impl Store {
         .bind(&new.plan_id)
         .bind(now)
         .execute(&mut *tx)
-        .await?;
+        .await?
+        .rows_affected();
+        if inserted == 0 {
+            tx.rollback().await?;
+            return Err(StoreError::NotFound);
+        }
         if let Some((key, request_hash)) = &new.idempotency {
             let inserted = sqlx::query(
                 "INSERT INTO idempotency_keys (workspace_id, actor, key, request_hash, run_id, created_at) \

@@ -387,21 +387,7 @@ impl Store {
         workspace: &str,
         rec: AuditRecord,
     ) -> Result<()> {
-        if self.backend == Backend::Postgres {
-            sqlx::query("SELECT pg_advisory_xact_lock(hashtext($1))")
-                .bind(workspace)
-                .execute(&mut **tx)
-                .await?;
-        } else {
-            // Take SQLite's write lock before reading the chain head: a
-            // deferred transaction that reads first and then writes fails
-            // with SQLITE_BUSY (snapshot) when another writer committed in
-            // between, and the busy timeout does not retry that. A write
-            // statement that matches no row still takes the lock.
-            sqlx::query("UPDATE workspaces SET name = name WHERE 1 = 0")
-                .execute(&mut **tx)
-                .await?;
-        }
+        self.serialise_workspace(tx, workspace).await?;
         let last: Option<String> = sqlx::query_scalar(
             "SELECT line FROM audit_events WHERE workspace_id = $1 ORDER BY seq DESC LIMIT 1",
         )
@@ -443,6 +429,34 @@ impl Store {
         .bind(crate::ids::hex(&chained.hash))
         .execute(&mut **tx)
         .await?;
+        Ok(())
+    }
+
+    /// Serialises `tx` with every other transaction of `workspace` that
+    /// calls this (audit appends, run creation, workspace deletion), until
+    /// it ends: PostgreSQL by a transaction-scoped advisory lock (taken
+    /// again by the same transaction, it is held once more), SQLite by
+    /// taking its single write lock now.
+    pub(crate) async fn serialise_workspace(
+        &self,
+        tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+        workspace: &str,
+    ) -> Result<()> {
+        if self.backend == Backend::Postgres {
+            sqlx::query("SELECT pg_advisory_xact_lock(hashtext($1))")
+                .bind(workspace)
+                .execute(&mut **tx)
+                .await?;
+        } else {
+            // Take SQLite's write lock before reading the chain head: a
+            // deferred transaction that reads first and then writes fails
+            // with SQLITE_BUSY (snapshot) when another writer committed in
+            // between, and the busy timeout does not retry that. A write
+            // statement that matches no row still takes the lock.
+            sqlx::query("UPDATE workspaces SET name = name WHERE 1 = 0")
+                .execute(&mut **tx)
+                .await?;
+        }
         Ok(())
     }
 }

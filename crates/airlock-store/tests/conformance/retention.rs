@@ -310,3 +310,192 @@ async fn dur_7_retention_settings_are_per_workspace(store: Store) {
     assert!(store.workspaces_with_retention().await.unwrap().is_empty());
 }
 both!(dur_7_retention_settings_are_per_workspace);
+
+/// Rows of `table` in `ws` (through the raw pool: what the store left).
+async fn rows(store: &Store, table: &str, ws: &str) -> i64 {
+    sqlx::query_scalar(&format!(
+        "SELECT COUNT(*) FROM {table} WHERE workspace_id = $1"
+    ))
+    .bind(ws)
+    .fetch_one(store.pool())
+    .await
+    .unwrap()
+}
+
+/// Tables with a `workspace_id` column, read from the schema itself.
+async fn owned_tables(store: &Store) -> Vec<String> {
+    let sqlite: Option<String> =
+        sqlx::query_scalar("SELECT name FROM sqlite_master WHERE type = 'table' LIMIT 1")
+            .fetch_optional(store.pool())
+            .await
+            .unwrap_or(None);
+    let mut out: Vec<String> = if sqlite.is_some() {
+        let names: Vec<String> =
+            sqlx::query_scalar("SELECT name FROM sqlite_master WHERE type = 'table'")
+                .fetch_all(store.pool())
+                .await
+                .unwrap();
+        let mut with = Vec::new();
+        for n in names {
+            let c: i64 = sqlx::query_scalar(&format!(
+                "SELECT COUNT(*) FROM pragma_table_info('{n}') WHERE name = 'workspace_id'"
+            ))
+            .fetch_one(store.pool())
+            .await
+            .unwrap();
+            if c > 0 {
+                with.push(n);
+            }
+        }
+        with
+    } else {
+        sqlx::query_scalar(
+            "SELECT table_name::text FROM information_schema.columns \
+             WHERE column_name = 'workspace_id' AND table_schema = 'public'",
+        )
+        .fetch_all(store.pool())
+        .await
+        .unwrap()
+    };
+    out.sort();
+    out
+}
+
+/// DUR-7: deleting a workspace removes every row it owns, in every table
+/// the schema gives a `workspace_id` (read from the schema, so a new table
+/// the deletion forgets fails here), and its quota usage; another
+/// workspace's rows are untouched; its audit chain stays, ending in
+/// `workspace.deleted`; nothing can be queued there afterwards; a second
+/// deletion finds nothing. Control: with a run not yet ended it is refused
+/// and removes nothing.
+async fn dur_7_deleting_a_workspace_removes_everything_it_owns_and_nothing_else(store: Store) {
+    let mut tables = owned_tables(&store).await;
+    tables.retain(|t| t != "audit_events");
+    let mut listed: Vec<String> = WORKSPACE_TABLES.iter().map(|t| t.to_string()).collect();
+    listed.sort();
+    assert_eq!(
+        tables, listed,
+        "tables with a workspace_id the deletion must cover"
+    );
+
+    store.ensure_workspace(WS_B, "b").await.unwrap();
+    for ws in [DEFAULT_WORKSPACE, WS_B] {
+        ended(&store, ws, RunState::Succeeded, Some("k1")).await;
+        upload(&store, ws, &format!("upl_{ws}"), &"ef".repeat(32)).await;
+        assert!(store.claim_fire(ws, "w", 0, 1_000, now_ms()).await.unwrap());
+        store
+            .put_model_profile(
+                ws,
+                "m",
+                &serde_json::json!({}),
+                "usr_1",
+                AuditRecord::system("x", None),
+            )
+            .await
+            .unwrap();
+        store
+            .set_retention_settings(
+                ws,
+                RetentionSettings {
+                    runs_days: Some(1),
+                    ..RetentionSettings::default()
+                },
+                "usr_1",
+                AuditRecord::system("retention.set", None),
+            )
+            .await
+            .unwrap();
+    }
+    // Control: an unfinished run makes the deletion refuse, removing nothing.
+    let waiting = store.create_run(run_in(WS_B, "w")).await.unwrap().run;
+    let before: Vec<i64> = {
+        let mut v = Vec::new();
+        for t in WORKSPACE_TABLES {
+            v.push(rows(&store, t, WS_B).await);
+        }
+        v
+    };
+    assert!(before.iter().sum::<i64>() > 0);
+    let r = store
+        .delete_workspace(WS_B, now_ms(), |_| {
+            AuditRecord::system("workspace.deleted", None)
+        })
+        .await
+        .unwrap();
+    assert_eq!(r, WorkspaceDeletion::Busy(1));
+    for (t, n) in WORKSPACE_TABLES.iter().zip(&before) {
+        assert_eq!(
+            rows(&store, t, WS_B).await,
+            *n,
+            "{t} changed by a refused deletion"
+        );
+    }
+    let c = store
+        .claim_run("node-t", Duration::from_secs(60), &waiting.id)
+        .await
+        .unwrap()
+        .unwrap();
+    store
+        .finish_run(
+            &waiting.id,
+            c.token,
+            RunState::Cancelled,
+            &Finish::default(),
+        )
+        .await
+        .unwrap();
+
+    let default_before: Vec<i64> = {
+        let mut v = Vec::new();
+        for t in WORKSPACE_TABLES {
+            v.push(rows(&store, t, DEFAULT_WORKSPACE).await);
+        }
+        v
+    };
+    let r = store
+        .delete_workspace(WS_B, now_ms(), |removed| {
+            AuditRecord::system("workspace.deleted", None)
+                .with_metadata(serde_json::json!({"removed": removed}))
+        })
+        .await
+        .unwrap();
+    let WorkspaceDeletion::Deleted(removed) = r else {
+        panic!("{r:?}")
+    };
+    assert_eq!(removed["runs"], 2, "{removed:?}");
+    for t in WORKSPACE_TABLES {
+        assert_eq!(
+            rows(&store, t, WS_B).await,
+            0,
+            "{t} kept rows of the deleted workspace"
+        );
+    }
+    for (t, n) in WORKSPACE_TABLES.iter().zip(&default_before) {
+        assert_eq!(
+            rows(&store, t, DEFAULT_WORKSPACE).await,
+            *n,
+            "{t} of the other workspace changed"
+        );
+    }
+    let chain = kinds(&store.audit_lines(WS_B).await.unwrap());
+    assert_eq!(chain.last().map(String::as_str), Some("workspace.deleted"));
+    assert!(chain.len() > 5, "the chain stays: {chain:?}");
+    assert!(matches!(
+        store.create_run(run_in(WS_B, "w")).await,
+        Err(StoreError::NotFound)
+    ));
+    assert!(store.workspace_name(WS_B).await.unwrap().is_none());
+    assert_eq!(
+        store
+            .delete_workspace(WS_B, now_ms(), |_| AuditRecord::system("x", None))
+            .await
+            .unwrap(),
+        WorkspaceDeletion::NotFound
+    );
+    // Control: the other workspace still queues runs.
+    store
+        .create_run(run_in(DEFAULT_WORKSPACE, "w"))
+        .await
+        .unwrap();
+}
+both!(dur_7_deleting_a_workspace_removes_everything_it_owns_and_nothing_else);
