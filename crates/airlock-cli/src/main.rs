@@ -124,6 +124,10 @@ enum Command {
     /// Collect what nothing references (a dry run unless `--apply`), and
     /// restore or purge a trash area.
     Gc(maint_cmd::GcArgs),
+    /// Settle runs a dead process left (DUR-2, without re-running them) and
+    /// move what interrupted publications and runs left behind into a
+    /// quarantine with reasons.
+    Recover(maint_cmd::RecoverArgs),
     /// Model profiles of the workspace: where an agent's model is and
     /// which credential channel carries its key.
     Models {
@@ -224,6 +228,7 @@ fn main() -> ExitCode {
         Command::Audit { command } => audit_cmd::audit(&cli.paths, &command),
         Command::Validate(a) => maint_cmd::validate(&cli.paths, &a),
         Command::Gc(a) => maint_cmd::gc(&cli.paths, &a),
+        Command::Recover(a) => maint_cmd::recover(&cli.paths, &a),
         Command::Models { command } => models_cmd::models(&cli.paths, &command),
         Command::Secrets { command } => secrets_cmd::secrets(&cli.paths, &command),
         Command::Keys { command, json } => secrets_cmd::keys(&cli.paths, &command, json),

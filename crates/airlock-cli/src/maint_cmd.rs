@@ -1,5 +1,6 @@
-//! `airlock validate` and `airlock gc` (DUR-6): the operator's checks and
-//! cleanup of the local data directory and database, through
+//! `airlock validate`, `airlock gc` and `airlock recover` (DUR-6): the
+//! operator's checks, cleanup and recovery of the local data directory and
+//! database, through
 //! [`airlock_service::Maintenance`]. Local only (never `--remote`, never
 //! MCP): gc moves and deletes files on this machine.
 
@@ -42,6 +43,15 @@ pub struct GcArgs {
     #[arg(long)]
     pub apply: bool,
     #[arg(long, global = true)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct RecoverArgs {
+    /// Only list what would be quarantined; settle no run.
+    #[arg(long)]
+    pub dry_run: bool,
+    #[arg(long)]
     pub json: bool,
 }
 
@@ -180,4 +190,63 @@ fn print_gc(out: &GcOutcome, what: &str, json: bool) {
     if let Some(m) = &out.manifest {
         println!("manifest: {}", m.display());
     }
+}
+
+/// `airlock recover`: first the runs (leases held by dead processes of this
+/// node expire; the reaper's DUR-2 rules settle them: requeued before the
+/// workload started, `unknown` after, never re-run), then the files (see
+/// `airlock_service::recover`).
+pub fn recover(paths: &Paths, a: &RecoverArgs) -> ExitCode {
+    if paths.remote {
+        return err("recover works on this machine's data directory: run it without --remote");
+    }
+    block_on(async move || {
+        let mut settled = Vec::new();
+        if !a.dry_run {
+            let svc = match crate::common::open_with(paths, paths.config()).await {
+                Ok(s) => s,
+                Err(e) => return err(e),
+            };
+            match svc.recover_startup().await {
+                Ok(r) => settled = r,
+                Err(e) => return err(format!("settling runs failed: {e}")),
+            }
+        }
+        let out = match maintenance(paths).recover_files(a.dry_run).await {
+            Ok(o) => o,
+            Err(e) => return fail(&e),
+        };
+        let refused = out.entries.iter().any(|e| e.state == "refused");
+        if a.json {
+            let runs: Vec<_> = settled
+                .iter()
+                .map(|(id, st)| serde_json::json!({"id": id, "state": st.as_str()}))
+                .collect();
+            println!(
+                "{}",
+                serde_json::json!({"runs": runs, "files": serde_json::to_value(&out).unwrap_or_default()})
+            );
+        } else {
+            for (id, st) in &settled {
+                println!("run {id}: {}", st.as_str());
+            }
+            for e in &out.entries {
+                match &e.error {
+                    Some(why) => println!("{} {} ({}): {why}", e.state, e.path, e.reason),
+                    None => println!("{} {} ({})", e.state, e.path, e.reason),
+                }
+            }
+            if let Some(m) = &out.manifest {
+                println!("quarantine manifest: {}", m.display());
+            }
+            if settled.is_empty() && out.entries.is_empty() {
+                println!("nothing to recover");
+            }
+        }
+        if refused {
+            ExitCode::from(1)
+        } else {
+            ExitCode::SUCCESS
+        }
+    })
 }

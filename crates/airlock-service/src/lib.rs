@@ -34,6 +34,7 @@ mod keyfile;
 mod maintenance;
 pub mod metrics;
 mod model_profiles;
+mod recover;
 mod retention;
 mod runs;
 pub mod schedule_eval;
@@ -64,6 +65,7 @@ pub use maintenance::{
     DEFAULT_RECOVERY_WINDOW, EntryState, Finding, GcEntry, GcManifest, GcOutcome, Level,
     Maintenance, Severity, TRASH_DIR, ValidateReport,
 };
+pub use recover::{QUARANTINE_DIR, Quarantined, RecoverOutcome};
 pub use runs::{RunOptions, RunStarted};
 pub use scheduler::*;
 pub use secret_ops::Rewrapped;

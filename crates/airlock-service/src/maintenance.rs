@@ -26,10 +26,9 @@
 //!   configured clock. Apply, resume, restore and purge are each one audit
 //!   event (`gc.applied`, `gc.restored`, `gc.purged`).
 //!
-//! What is collected today: orphan blobs. Uploads carry no expiry (their
-//! download *links* expire; the rows do not), so no upload is ever a
-//! candidate, and there is no retention setting yet: nothing is collected
-//! by age. A blob some row names is never a candidate, and gc asks the
+//! What is collected: orphan blobs — among them those whose last row a
+//! retention pass or a workspace deletion removed (`crate::retention`: rows
+//! go there, bytes here). A blob some row names is never a candidate, and gc asks the
 //! database again right before each move. Residual race, documented: a
 //! publication of the same content *while* gc moves that blob finds the blob
 //! present and adds a row naming it; `airlock validate` then reports the
@@ -215,6 +214,16 @@ impl Maintenance {
     pub fn with_recovery_window(mut self, window: Duration) -> Self {
         self.window = window;
         self
+    }
+
+    /// The database this maintenance works on.
+    pub(crate) fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The data directory this maintenance works on.
+    pub(crate) fn data_dir(&self) -> &Path {
+        &self.data_dir
     }
 
     fn artifacts(&self) -> ArtifactStore {

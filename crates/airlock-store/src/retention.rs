@@ -323,3 +323,15 @@ impl Store {
         Ok(out)
     }
 }
+
+impl Store {
+    /// The state of run `id` in any workspace, `None` when no run has that
+    /// id (the operator's `airlock recover` asks about folders named after
+    /// runs; no caller-facing path uses this).
+    pub async fn run_state_anywhere(&self, id: &str) -> Result<Option<String>> {
+        Ok(sqlx::query_scalar("SELECT state FROM runs WHERE id = $1")
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?)
+    }
+}

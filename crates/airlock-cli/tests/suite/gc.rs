@@ -463,3 +463,141 @@ fn dur_7_retention_removes_an_old_run_and_gc_frees_its_blobs() {
         "{export}"
     );
 }
+
+/// Runs `sql` on the env's SQLite database (test set-up: what a crash would
+/// have left).
+fn sql(env: &Env, sql: &str) {
+    let script = format!(
+        "import sqlite3,sys\nc=sqlite3.connect(sys.argv[1])\nc.executescript(\"\"\"{sql}\"\"\")\nc.commit()\n"
+    );
+    let db = env.data.join("airlock.db");
+    let st = Command::new("/usr/bin/python3")
+        .args(["-c", &script, db.to_str().unwrap()])
+        .status()
+        .unwrap();
+    assert!(st.success(), "{sql}");
+}
+
+/// DUR-6 `airlock recover`: a run whose holder process died after its
+/// workload started is settled `unknown` (never re-run); staging files of
+/// dead writers and run folders of ended or removed runs move to a
+/// quarantine with their reasons and a manifest, one audit event; a dry run
+/// changes nothing. Controls: a staging file whose writer is alive, one
+/// whose name names no writer, and the folder of a run still running stay
+/// where they are; `validate` is clean afterwards.
+#[test]
+fn dur_6_recover_settles_dead_runs_and_quarantines_leftovers_only() {
+    let env = env_with_run();
+    let (code, v, text) = run(&env, &["runs", "list", "--json"]);
+    assert_eq!(code, 0, "{text}");
+    let ended = v["runs"][0]["id"].as_str().unwrap().to_string();
+    // A process that is gone: its pid names the dead writer and holder.
+    let mut child = Command::new("/bin/true").spawn().unwrap();
+    let dead = child.id();
+    child.wait().unwrap();
+    let node = "node-recover-test";
+    sql(
+        &env,
+        &format!(
+            "INSERT INTO runs (id, workspace_id, worker_id, state, input, input_hash, trigger_source, actor, created_at, started_at, lease_owner, lease_expires_at, fencing_token, workload_started, attempt) \
+             VALUES ('run_held', 'ws_default', 'mk', 'running', '{{}}', 'h', 'manual', 'tester', 1, 1, '{node}:{dead}', 99999999999999, 1, 1, 1); \
+             INSERT INTO runs (id, workspace_id, worker_id, state, input, input_hash, trigger_source, actor, created_at, started_at, lease_owner, lease_expires_at, fencing_token, workload_started, attempt) \
+             VALUES ('run_live', 'ws_default', 'mk', 'running', '{{}}', 'h', 'manual', 'tester', 1, 1, 'elsewhere:1', 99999999999999, 1, 1, 1);"
+        ),
+    );
+    let tmp = env.data.join("artifacts/tmp");
+    std::fs::create_dir_all(&tmp).unwrap();
+    let stale = format!("{dead}-123-0.tmp");
+    let live = format!("{}-123-1.tmp", std::process::id());
+    for n in [&stale, &live, &"unnamed.tmp".to_string()] {
+        std::fs::write(tmp.join(n), b"partial").unwrap();
+    }
+    for (id, file) in [
+        (&ended, "out"),
+        (&"run_gone".to_string(), "x"),
+        (&"run_live".to_string(), "y"),
+    ] {
+        let d = env.data.join("runs").join(id).join("output");
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join(file), b"left").unwrap();
+    }
+    let before = snapshot(&env.data);
+
+    let (code, v, text) = run(&env, &["recover", "--dry-run", "--json"]);
+    assert_eq!(code, 0, "{text}");
+    assert_eq!(snapshot(&env.data), before, "a dry run changed something");
+    let planned: Vec<(String, String)> = v["files"]["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["path"].as_str().unwrap().to_string(),
+                e["reason"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    let want = vec![
+        (
+            format!("artifacts/tmp/{stale}"),
+            "interrupted_publication".to_string(),
+        ),
+        (
+            format!("runs/{ended}"),
+            "run_folder_of_ended_run".to_string(),
+        ),
+        (
+            "runs/run_gone".to_string(),
+            "run_folder_without_run".to_string(),
+        ),
+    ];
+    let mut sorted = planned.clone();
+    sorted.sort();
+    let mut want_sorted = want.clone();
+    want_sorted.sort();
+    assert_eq!(sorted, want_sorted, "{v}");
+
+    let out = env
+        .cmd()
+        .env("AIRLOCK_NODE_ID", node)
+        .args(["recover", "--json"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(
+        v["runs"],
+        serde_json::json!([{"id": "run_held", "state": "unknown"}]),
+        "{v}"
+    );
+    let manifest = PathBuf::from(v["files"]["manifest"].as_str().unwrap());
+    let qdir = manifest.parent().unwrap().join("files");
+    for (path, _) in &want {
+        assert!(!env.data.join(path).exists(), "{path} left in place");
+        assert!(qdir.join(path).exists(), "{path} not in the quarantine");
+    }
+    assert!(
+        tmp.join(&live).exists(),
+        "a live writer's staging was moved"
+    );
+    assert!(tmp.join("unnamed.tmp").exists());
+    assert!(
+        env.data.join("runs/run_live/output/y").exists(),
+        "a running run's folder was moved"
+    );
+    let (code, v, _) = run(&env, &["runs", "get", "run_live", "--json"]);
+    assert_eq!(
+        (code, v["run"]["state"].as_str().or(v["state"].as_str())),
+        (0, Some("running")),
+        "{v}"
+    );
+    let out = env.cmd().args(["audit", "export"]).output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).contains("\"recover.quarantined\""));
+    let (code, found, text) = validate(&env, "standard");
+    assert_eq!((code, found.len()), (0, 0), "{text}");
+}
