@@ -128,6 +128,10 @@ enum Command {
     /// move what interrupted publications and runs left behind into a
     /// quarantine with reasons.
     Recover(maint_cmd::RecoverArgs),
+    /// Write everything a workspace owns (rows, audit chain with
+    /// checkpoints, blobs) into a new folder, with a manifest of SHA-256s.
+    /// Secret values, data keys and API key hashes are withheld.
+    ExportWorkspace(maint_cmd::ExportArgs),
     /// Model profiles of the workspace: where an agent's model is and
     /// which credential channel carries its key.
     Models {
@@ -229,6 +233,7 @@ fn main() -> ExitCode {
         Command::Validate(a) => maint_cmd::validate(&cli.paths, &a),
         Command::Gc(a) => maint_cmd::gc(&cli.paths, &a),
         Command::Recover(a) => maint_cmd::recover(&cli.paths, &a),
+        Command::ExportWorkspace(a) => maint_cmd::export(&cli.paths, &a),
         Command::Models { command } => models_cmd::models(&cli.paths, &command),
         Command::Secrets { command } => secrets_cmd::secrets(&cli.paths, &command),
         Command::Keys { command, json } => secrets_cmd::keys(&cli.paths, &command, json),

@@ -55,6 +55,17 @@ pub struct RecoverArgs {
     pub json: bool,
 }
 
+#[derive(Debug, Args)]
+pub struct ExportArgs {
+    /// The workspace's id (`ws_…`).
+    pub workspace: String,
+    /// A folder that does not exist yet.
+    #[arg(long, value_name = "DIR")]
+    pub out: PathBuf,
+    #[arg(long)]
+    pub json: bool,
+}
+
 #[derive(Debug, Subcommand)]
 pub enum GcCommand {
     /// Finish an interrupted `gc --apply` from its manifest.
@@ -247,6 +258,37 @@ pub fn recover(paths: &Paths, a: &RecoverArgs) -> ExitCode {
             ExitCode::from(1)
         } else {
             ExitCode::SUCCESS
+        }
+    })
+}
+
+/// `airlock export-workspace WS --out DIR` (DUR-7; local only).
+pub fn export(paths: &Paths, a: &ExportArgs) -> ExitCode {
+    if paths.remote {
+        return err(
+            "export-workspace reads this machine's data directory: run it without --remote",
+        );
+    }
+    block_on(async move || {
+        match maintenance(paths)
+            .export_workspace(&a.workspace, &a.out)
+            .await
+        {
+            Ok(o) if a.json => {
+                println!("{}", serde_json::to_value(&o).unwrap_or_default());
+                ExitCode::SUCCESS
+            }
+            Ok(o) => {
+                let rows: u64 = o.files.iter().filter_map(|f| f.rows).sum();
+                println!(
+                    "exported {} to {}: {} file(s), {rows} row(s) and audit events; manifest.json lists each with its SHA-256",
+                    o.workspace,
+                    o.out.display(),
+                    o.files.len()
+                );
+                ExitCode::SUCCESS
+            }
+            Err(e) => fail(&e),
         }
     })
 }

@@ -260,7 +260,7 @@ impl Service {
     }
 }
 
-fn join_lines(lines: Vec<String>, checkpoints: Vec<String>) -> String {
+pub(crate) fn join_lines(lines: Vec<String>, checkpoints: Vec<String>) -> String {
     let mut out = String::new();
     for l in lines.into_iter().chain(checkpoints) {
         out.push_str(&l);

@@ -28,6 +28,7 @@ mod emergency;
 mod error;
 mod events;
 mod executor;
+mod export;
 mod identity;
 pub mod journal;
 mod keyfile;
@@ -59,6 +60,7 @@ pub use checkpoints::{CHECKPOINTS_DIR, Checkpoints, SIGNING_KEY_FILE};
 pub use config::{Config, DEFAULT_DRAIN_GRACE, IdentityConfig, Quotas};
 pub use error::Result;
 pub use events::{EventFollower, Followed, MAX_LOG_BYTES};
+pub use export::{ExportOutcome, ExportedFile};
 pub use identity::*;
 pub use journal::{Decided, DispatchTicket, Verdict};
 pub use maintenance::{

@@ -221,6 +221,11 @@ impl Maintenance {
         &self.url
     }
 
+    /// Where the workspaces' signed checkpoints are.
+    pub(crate) fn checkpoints(&self) -> &Checkpoints {
+        &self.checkpoints
+    }
+
     /// The data directory this maintenance works on.
     pub(crate) fn data_dir(&self) -> &Path {
         &self.data_dir

@@ -118,3 +118,85 @@ impl Store {
         Ok(WorkspaceDeletion::Deleted(removed))
     }
 }
+
+/// Columns a workspace export never contains: sealed secret values, wrapped
+/// data keys and API key hashes. (The export is for the workspace's people;
+/// none of these is of use without the deployment's keys, and each is
+/// material an attacker would want.)
+pub const EXPORT_WITHHELD: &[(&str, &str)] = &[
+    ("data_keys", "wrapped"),
+    ("secrets", "sealed"),
+    ("api_keys", "token_hash"),
+];
+
+/// A workspace's row as an export shows it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct WorkspaceRow {
+    pub id: String,
+    pub name: String,
+    pub created_at: i64,
+    pub deleted_at: Option<i64>,
+}
+
+impl Store {
+    /// The workspace's own row, deleted or not.
+    pub async fn workspace_row(&self, workspace: &str) -> Result<Option<WorkspaceRow>> {
+        use sqlx::Row;
+        let row =
+            sqlx::query("SELECT id, name, created_at, deleted_at FROM workspaces WHERE id = $1")
+                .bind(workspace)
+                .fetch_optional(&self.pool)
+                .await?;
+        row.map(|r| {
+            Ok(WorkspaceRow {
+                id: r.try_get("id")?,
+                name: r.try_get("name")?,
+                created_at: r.try_get("created_at")?,
+                deleted_at: r.try_get("deleted_at")?,
+            })
+        })
+        .transpose()
+    }
+
+    /// Every row of `table` (one of [`WORKSPACE_TABLES`]) owned by
+    /// `workspace`, streamed to `each` as a JSON object of its columns,
+    /// without the [`EXPORT_WITHHELD`] ones. Answers how many rows.
+    pub async fn export_rows(
+        &self,
+        table: &str,
+        workspace: &str,
+        mut each: impl FnMut(serde_json::Value) -> std::io::Result<()>,
+    ) -> Result<u64> {
+        use futures_util::TryStreamExt;
+        use sqlx::{Column, Row};
+        if !WORKSPACE_TABLES.contains(&table) {
+            return Err(crate::StoreError::NotFound);
+        }
+        let sql = format!("SELECT * FROM {table} WHERE workspace_id = $1");
+        let mut rows = sqlx::query(&sql).bind(workspace).fetch(&self.pool);
+        let mut n = 0;
+        while let Some(r) = rows.try_next().await? {
+            let mut obj = serde_json::Map::new();
+            for (i, c) in r.columns().iter().enumerate() {
+                let name = c.name();
+                if EXPORT_WITHHELD.contains(&(table, name)) {
+                    continue;
+                }
+                let v = if let Ok(v) = r.try_get::<Option<i64>, _>(i) {
+                    v.map_or(serde_json::Value::Null, Into::into)
+                } else if let Ok(v) = r.try_get::<Option<String>, _>(i) {
+                    v.map_or(serde_json::Value::Null, Into::into)
+                } else if let Ok(v) = r.try_get::<Option<f64>, _>(i) {
+                    v.map_or(serde_json::Value::Null, Into::into)
+                } else {
+                    serde_json::Value::Null
+                };
+                obj.insert(name.to_string(), v);
+            }
+            each(serde_json::Value::Object(obj))
+                .map_err(|e| crate::StoreError::Db(e.to_string()))?;
+            n += 1;
+        }
+        Ok(n)
+    }
+}

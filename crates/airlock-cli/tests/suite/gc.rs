@@ -601,3 +601,133 @@ fn dur_6_recover_settles_dead_runs_and_quarantines_leftovers_only() {
     let (code, found, text) = validate(&env, "standard");
     assert_eq!((code, found.len()), (0, 0), "{text}");
 }
+
+/// Reads one value with SQL from the env's SQLite database.
+fn sql_value(env: &Env, query: &str) -> String {
+    let script = format!(
+        "import sqlite3,sys\nc=sqlite3.connect(sys.argv[1])\nprint(c.execute(\"{query}\").fetchone()[0])\n"
+    );
+    let out = Command::new("/usr/bin/python3")
+        .args(["-c", &script, env.data.join("airlock.db").to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// DUR-7 export: `airlock export-workspace` writes the workspace's row,
+/// every row it owns, its audit chain (as `audit export` has it) and every
+/// blob it names, each listed in the manifest with its SHA-256; blobs are
+/// named by their content. A secret appears by name only: neither its value
+/// nor its sealed form nor an API key hash is anywhere in the export. The
+/// export is an audit event. Controls: the secret's value and sealed text
+/// are real (the database holds the sealed text); an existing folder and an
+/// unknown workspace are refused.
+#[test]
+fn dur_7_a_workspace_export_holds_everything_but_secrets() {
+    const VALUE: &str = "export-secret-value-9f2d7c";
+    let env = env_with_run();
+    let (code, text) = env.set("TOKEN", VALUE.as_bytes());
+    assert_eq!(code, 0, "{text}");
+    let sealed = sql_value(&env, "SELECT sealed FROM secrets WHERE name = 'TOKEN'");
+    assert!(sealed.len() > 20, "control: {sealed}");
+    let out = env.root().join("export");
+    let (code, v, text) = run(
+        &env,
+        &[
+            "export-workspace",
+            "ws_default",
+            "--out",
+            out.to_str().unwrap(),
+            "--json",
+        ],
+    );
+    assert_eq!(code, 0, "{text}");
+    let manifest: Value =
+        serde_json::from_slice(&std::fs::read(out.join("manifest.json")).unwrap()).unwrap();
+    let files = manifest["files"].as_array().unwrap();
+    assert_eq!(files.len(), v["files"].as_array().unwrap().len());
+    let mut blobs = 0;
+    for f in files {
+        let rel = f["path"].as_str().unwrap();
+        let bytes = std::fs::read(out.join(rel)).unwrap();
+        assert_eq!(
+            hex(&Sha256::digest(&bytes)),
+            f["sha256"].as_str().unwrap(),
+            "{rel}"
+        );
+        if let Some(name) = rel.strip_prefix("blobs/sha256/") {
+            blobs += 1;
+            assert!(name.ends_with(&hex(&Sha256::digest(&bytes))), "{rel}");
+        }
+    }
+    assert!(blobs >= 2, "{manifest}");
+    let rows = |table: &str| {
+        files
+            .iter()
+            .find(|f| f["path"] == format!("tables/{table}.jsonl"))
+            .and_then(|f| f["rows"].as_u64())
+            .unwrap()
+    };
+    assert!(rows("runs") >= 1 && rows("run_events") >= 1 && rows("artifacts") >= 2);
+    assert_eq!(rows("secrets"), 1);
+    let secrets = std::fs::read_to_string(out.join("tables/secrets.jsonl")).unwrap();
+    assert!(
+        secrets.contains("\"TOKEN\"") && !secrets.contains("sealed"),
+        "{secrets}"
+    );
+    let mut all = Vec::new();
+    let mut stack = vec![out.clone()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            if e.path().is_dir() {
+                stack.push(e.path());
+            } else {
+                all.extend(std::fs::read(e.path()).unwrap());
+            }
+        }
+    }
+    let text = String::from_utf8_lossy(&all);
+    assert!(!text.contains(VALUE), "the secret's value is in the export");
+    assert!(
+        !text.contains(&sealed),
+        "the sealed secret is in the export"
+    );
+    // The chain as exported is the chain `audit export` shows (which now
+    // also ends with the export itself).
+    let after = env.cmd().args(["audit", "export"]).output().unwrap();
+    let after = String::from_utf8_lossy(&after.stdout).into_owned();
+    let exported = std::fs::read_to_string(out.join("audit.jsonl")).unwrap();
+    assert!(exported.lines().count() > 3);
+    for line in exported.lines() {
+        assert!(after.contains(line), "{line}");
+    }
+    assert!(after.contains("\"workspace.exported\""));
+
+    let (code, _, text) = run(
+        &env,
+        &[
+            "export-workspace",
+            "ws_default",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+    );
+    assert_ne!(code, 0, "an existing folder was written into: {text}");
+    let other = env.root().join("export-2");
+    let (code, _, text) = run(
+        &env,
+        &[
+            "export-workspace",
+            "ws_nope",
+            "--out",
+            other.to_str().unwrap(),
+        ],
+    );
+    assert_ne!(code, 0, "{text}");
+    assert!(!other.exists());
+}
