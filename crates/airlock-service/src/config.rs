@@ -107,6 +107,11 @@ pub struct Config {
     /// Where sandbox proxies write one line per decision and per closed
     /// connection (NET-7); `airlock up` points it at its structured log.
     pub egress_log: Arc<dyn airlock_egress::proxy::LogSink>,
+    /// Where blobs (artifacts, uploads) are kept beyond this node
+    /// (`--blob-store` / `AIRLOCK_BLOB_STORE`): `None` is the local
+    /// directory `<data>/artifacts` alone; an S3 bucket is shared by every
+    /// node, with the local directory as this node's cache (DUR-5).
+    pub blob_store: Option<crate::blobs::S3Location>,
 }
 
 impl Config {
@@ -130,6 +135,7 @@ impl Config {
             model_allow_private: Vec::new(),
             sandbox_pool: 0,
             egress_log: Arc::new(airlock_egress::proxy::NullLog),
+            blob_store: None,
         }
     }
 }

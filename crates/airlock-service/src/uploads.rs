@@ -279,13 +279,16 @@ impl Service {
         }
         // Content-addressed: staged in the store's tmp/, hashed as written,
         // renamed into place.
-        let artifacts = self.artifacts.clone();
-        let bytes = body.clone();
-        let (digest, size) =
-            tokio::task::spawn_blocking(move || artifacts.put(&bytes[..], MAX_UPLOAD_BYTES as u64))
-                .await
-                .map_err(Error::internal)?
-                .map_err(|e| Error::internal(format!("could not store the upload: {e}")))?;
+        // Published to the shared blob store (DUR-5) before the row that
+        // names it exists, so any node can stage it.
+        let (digest, size) = self
+            .blobs
+            .put(
+                bytes::Bytes::copy_from_slice(&body[..]),
+                MAX_UPLOAD_BYTES as u64,
+            )
+            .await
+            .map_err(|e| Error::internal(format!("could not store the upload: {e}")))?;
         let rec = UploadRecord {
             id: airlock_store::random_id("upl"),
             workspace_id: c.workspace.clone(),
@@ -364,9 +367,10 @@ impl Service {
             .svc()?
             .ok_or_else(Error::not_found)?;
         let path = self
-            .artifacts
-            .path(&rec.digest)
-            .ok_or_else(|| Error::internal("upload blob missing"))?;
+            .blobs
+            .fetch(&rec.digest, u64::try_from(rec.size).unwrap_or(0))
+            .await
+            .map_err(|e| Error::internal(format!("upload blob unavailable: {e}")))?;
         let len = std::fs::metadata(&path)
             .map_err(|e| Error::internal(format!("upload blob unreadable: {e}")))?
             .len();
