@@ -226,6 +226,14 @@ impl Service {
         }
     }
 
+    /// Where blobs are kept: `local`, or the bucket's `s3://bucket/prefix`
+    /// (never a credential).
+    pub fn blob_store(&self) -> String {
+        self.blobs
+            .remote_location()
+            .map_or_else(|| "local".to_string(), ToString::to_string)
+    }
+
     /// Whether the database answers and its schema is current (`/readyz`).
     pub async fn ready(&self) -> bool {
         matches!(self.store.ready().await, Ok(true))

@@ -269,7 +269,7 @@ impl Service {
                 format!("the content is {sniffed}, which the declared Content-Type contradicts"),
             )
         })?;
-        let body = std::sync::Arc::new(body);
+        let body = bytes::Bytes::from(body);
         if sniffed == "application/zip" {
             let bytes = body.clone();
             tokio::task::spawn_blocking(move || check_zip(&bytes, UPLOAD_ZIP_LIMITS))
@@ -278,15 +278,12 @@ impl Service {
                 .map_err(|e| Error::new(ErrorCode::BadArchive, format!("{}: {e}", e.code())))?;
         }
         // Content-addressed: staged in the store's tmp/, hashed as written,
-        // renamed into place.
-        // Published to the shared blob store (DUR-5) before the row that
-        // names it exists, so any node can stage it.
+        // renamed into place, and published to the shared blob store
+        // (DUR-5) before the row that names it exists, so any node can
+        // stage it.
         let (digest, size) = self
             .blobs
-            .put(
-                bytes::Bytes::copy_from_slice(&body[..]),
-                MAX_UPLOAD_BYTES as u64,
-            )
+            .put(body.clone(), MAX_UPLOAD_BYTES as u64)
             .await
             .map_err(|e| Error::internal(format!("could not store the upload: {e}")))?;
         let rec = UploadRecord {

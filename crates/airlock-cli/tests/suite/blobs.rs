@@ -311,8 +311,13 @@ fn dur_5_two_nodes_share_artifacts_and_uploads_through_s3(who: Who) {
         serde_json::json!({"from": "node b"}),
         "{v}"
     );
-    // Credentials are never written to a server's output.
-    assert!(!a.log_text().contains("testing-secret-never-logged"));
+    // The location is reported at start; credentials never are.
+    let log = a.log_text();
+    assert!(
+        log.contains(&format!(r#""blob_store":"s3://{BUCKET}/airlock""#)),
+        "{log}"
+    );
+    assert!(!log.contains("testing-secret-never-logged"));
 }
 both_users!(dur_5_two_nodes_share_artifacts_and_uploads_through_s3);
 
