@@ -52,6 +52,20 @@ pub struct Paths {
     /// `secrets …`, `approvals …`, `stop`, `resume`, `audit verify`).
     #[arg(long, env = "AIRLOCK_REMOTE", global = true)]
     pub remote: bool,
+    /// Where blobs (artifacts, uploads) are kept: `local` (the data
+    /// directory) or `s3://bucket/prefix`, shared by every node on one
+    /// database. Credentials, region and endpoint come from the standard
+    /// `AWS_*` environment variables, never from this value.
+    #[arg(long, env = "AIRLOCK_BLOB_STORE", value_parser = parse_blob_store, global = true)]
+    pub blob_store: Option<BlobSetting>,
+}
+
+/// A parsed `--blob-store` (`None` inside: the local directory).
+#[derive(Debug, Clone)]
+pub struct BlobSetting(pub Option<airlock_service::S3Location>);
+
+fn parse_blob_store(s: &str) -> Result<BlobSetting, String> {
+    airlock_service::S3Location::parse_setting(s).map(BlobSetting)
 }
 
 fn parse_cidr(s: &str) -> Result<airlock_egress::policy::Cidr, String> {
@@ -79,6 +93,7 @@ impl Paths {
             c.key_dir = k.clone();
         }
         c.checkpoint_dir = self.checkpoint_dir.clone();
+        c.blob_store = self.blob_store.clone().and_then(|b| b.0);
         if let Some(secs) = std::env::var("AIRLOCK_CHECKPOINT_INTERVAL_SECS")
             .ok()
             .and_then(|v| v.parse().ok())

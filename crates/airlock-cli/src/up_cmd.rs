@@ -225,7 +225,7 @@ async fn serve(
     let workers = svc.loaded_workers();
     println!(
         "{}",
-        serde_json::json!({"event": "listening", "address": addr.to_string(), "workers": workers, "database": svc.database_backend()})
+        serde_json::json!({"event": "listening", "address": addr.to_string(), "workers": workers, "database": svc.database_backend(), "blob_store": svc.blob_store()})
     );
     if ui {
         eprintln!("airlock: web interface at http://{addr}/");

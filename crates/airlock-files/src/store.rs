@@ -118,6 +118,33 @@ impl ArtifactStore {
         self.publish(staged)
     }
 
+    /// Like [`ArtifactStore::put`], for bytes that must hash to `expected` (a blob fetched from
+    /// another store by its name): staged and hashed as they are read, published only when the
+    /// digest matches. A mismatch is [`FileError::Io`] ("digest mismatch") and leaves nothing
+    /// behind (the staged file is removed). Returns the size.
+    pub fn put_expecting(
+        &self,
+        reader: impl Read,
+        max_bytes: u64,
+        expected: &str,
+    ) -> Result<u64, FileError> {
+        let rel = blob_rel(expected).ok_or_else(|| FileError::BadName {
+            path: display(expected.as_bytes()),
+        })?;
+        let staged = self.stage(reader, max_bytes).map_err(|e| match e {
+            StageError::Exceeded => FileError::TooLarge {
+                path: rel.clone(),
+                limit: max_bytes,
+            },
+            StageError::Io(e) => FileError::io(&rel, e),
+        })?;
+        if staged.digest != expected {
+            // Dropping `staged` removes the temporary file.
+            return Err(FileError::io(&rel, "digest mismatch"));
+        }
+        self.publish(staged).map(|(_, size)| size)
+    }
+
     /// The path of the blob named `digest`, if `digest` is 64 lowercase hex digits and the blob
     /// exists. Anything else (a traversal attempt, uppercase, a short string) is `None`.
     pub fn path(&self, digest: &str) -> Option<PathBuf> {
@@ -480,6 +507,41 @@ mod tests {
 
         // A malformed digest.
         assert!(store.copy_out("../x", &out.join("x"), 10).is_err());
+    }
+
+    #[test]
+    fn dur_5_put_expecting_publishes_only_matching_bytes_and_leaves_no_staging() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = ArtifactStore::open(&dir.path().join("store")).unwrap();
+        let other = tempfile::tempdir().unwrap();
+        let (digest, size) = ArtifactStore::open(other.path())
+            .unwrap()
+            .put(&b"remote bytes"[..], 100)
+            .unwrap();
+        // Wrong bytes under that name: refused, nothing published, nothing staged.
+        let e = store
+            .put_expecting(&b"remote bytez"[..], 100, &digest)
+            .unwrap_err();
+        assert!(e.to_string().contains("digest mismatch"), "{e}");
+        assert!(store.path(&digest).is_none());
+        let tmp = std::fs::read_dir(dir.path().join("store").join(TMP)).unwrap();
+        assert_eq!(tmp.count(), 0);
+        // Positive control: the right bytes are published under their name.
+        assert_eq!(
+            store
+                .put_expecting(&b"remote bytes"[..], 100, &digest)
+                .unwrap(),
+            size
+        );
+        assert_eq!(
+            std::fs::read(store.path(&digest).unwrap()).unwrap(),
+            b"remote bytes"
+        );
+        // Over the budget: refused.
+        assert!(matches!(
+            store.put_expecting(&b"remote bytes"[..], size - 1, &digest),
+            Err(FileError::TooLarge { .. })
+        ));
     }
 
     #[test]

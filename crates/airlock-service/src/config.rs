@@ -110,6 +110,11 @@ pub struct Config {
     /// How often `airlock up` runs the retention pass over workspaces with
     /// retention settings (DUR-7; zero: never).
     pub retention_interval: Duration,
+    /// Where blobs (artifacts, uploads) are kept beyond this node
+    /// (`--blob-store` / `AIRLOCK_BLOB_STORE`): `None` is the local
+    /// directory `<data>/artifacts` alone; an S3 bucket is shared by every
+    /// node, with the local directory as this node's cache (DUR-5).
+    pub blob_store: Option<crate::blobs::S3Location>,
 }
 
 impl Config {
@@ -134,6 +139,7 @@ impl Config {
             sandbox_pool: 0,
             egress_log: Arc::new(airlock_egress::proxy::NullLog),
             retention_interval: Duration::from_secs(3600),
+            blob_store: None,
         }
     }
 }

@@ -159,10 +159,17 @@ impl Service {
             .into_iter()
             .find(|a| a.name == name)
             .ok_or_else(Error::not_found)?;
-        let path = self
-            .artifacts
-            .path(&a.digest)
-            .ok_or_else(Error::not_found)?;
+        // Fetched (and checked against its digest) from the shared blob
+        // store when another node made it (DUR-5).
+        let path = match self
+            .blobs
+            .fetch(&a.digest, u64::try_from(a.size).unwrap_or(0))
+            .await
+        {
+            Ok(p) => p,
+            Err(crate::blobs::BlobError::NotFound(_)) => return Err(Error::not_found()),
+            Err(e) => return Err(Error::internal(format!("artifact {name}: {e}"))),
+        };
         Ok((a, path))
     }
 }

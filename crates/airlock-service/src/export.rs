@@ -22,7 +22,6 @@ use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
-use airlock_files::ArtifactStore;
 use airlock_protocol::{Error, ErrorCode};
 use airlock_store::{AuditRecord, Store, WORKSPACE_TABLES};
 use serde::Serialize;
@@ -141,16 +140,18 @@ impl Maintenance {
             .map_err(|e| io(out, e))?;
         files.push(describe(out, "audit.jsonl", Some(chain))?);
 
-        let blobs = ArtifactStore::at(&self.data_dir().join("artifacts"));
+        let blobs = self.blob_store()?;
         for d in &digests {
             let rel = format!("blobs/sha256/{}/{d}", d.get(..2).unwrap_or("xx"));
             let dest = out.join(&rel);
             if let Some(parent) = dest.parent() {
                 mkdir(parent)?;
             }
-            // Rehashed as it is copied: a damaged blob fails the export.
+            // Rehashed as it is copied (and, from a shared bucket, as it is
+            // fetched): a damaged blob fails the export.
             blobs
                 .copy_out(d, &dest, u64::MAX)
+                .await
                 .map_err(|e| Error::new(ErrorCode::Internal, format!("blob {d}: {e}")))?;
             files.push(describe(out, &rel, None)?);
         }

@@ -178,6 +178,8 @@ pub struct Maintenance {
     checkpoints: Checkpoints,
     clock: Arc<dyn Clock>,
     window: Duration,
+    /// The shared bucket, when blobs are kept in one (DUR-5).
+    blob_store: Option<crate::blobs::S3Location>,
 }
 
 fn internal(e: impl std::fmt::Display) -> Error {
@@ -207,6 +209,7 @@ impl Maintenance {
             checkpoints: Checkpoints::new(cfg.key_dir.clone(), cfg.checkpoint_dir.clone()),
             clock: cfg.clock.clone(),
             window: DEFAULT_RECOVERY_WINDOW,
+            blob_store: cfg.blob_store.clone(),
         }
     }
 
@@ -224,6 +227,12 @@ impl Maintenance {
     /// Where the workspaces' signed checkpoints are.
     pub(crate) fn checkpoints(&self) -> &Checkpoints {
         &self.checkpoints
+    }
+
+    /// The blob store the data lives in: the local directory, with the
+    /// shared bucket when one is configured.
+    pub(crate) fn blob_store(&self) -> Result<crate::blobs::BlobStore> {
+        crate::blobs::BlobStore::new(self.artifacts(), self.blob_store.as_ref()).map_err(internal)
     }
 
     /// The data directory this maintenance works on.
@@ -314,6 +323,9 @@ impl Maintenance {
             }
         }
 
+        if let Some(loc) = &self.blob_store {
+            return self.validate_bucket(store, level, loc, r).await;
+        }
         // Rows against blobs, blobs against rows.
         let artifacts = self.artifacts();
         let refs = store.blob_refs().await.svc()?;
@@ -382,6 +394,96 @@ impl Maintenance {
             }
         }
         Ok(())
+    }
+
+    /// Rows against the bucket's blobs and the bucket's blobs against rows,
+    /// like the local checks; `full` rehashes every object as it streams
+    /// through [`crate::blobs::BlobStore::verify`]. The local directory is
+    /// then only this node's cache and is not checked.
+    async fn validate_bucket(
+        &self,
+        store: &Store,
+        level: Level,
+        loc: &crate::blobs::S3Location,
+        r: &mut ValidateReport,
+    ) -> Result<()> {
+        let blobs_store =
+            crate::blobs::BlobStore::new(self.artifacts(), Some(loc)).map_err(internal)?;
+        let (blobs, stray) = match blobs_store.remote_blobs().await {
+            Some(x) => x.map_err(internal)?,
+            None => (Vec::new(), Vec::new()),
+        };
+        let sizes: std::collections::BTreeMap<&str, u64> =
+            blobs.iter().map(|(d, s)| (d.as_str(), *s)).collect();
+        let refs = store.blob_refs().await.svc()?;
+        r.references = refs.len() as u64;
+        r.blobs = blobs.len() as u64;
+        r.notes.push(format!("blobs are kept in {loc}"));
+        let mut named = BTreeSet::new();
+        for b in &refs {
+            named.insert(b.digest.clone());
+            let object = format!("{} {}", b.kind, b.object);
+            match sizes.get(b.digest.as_str()) {
+                None => r.findings.push(finding(
+                    "missing_blob",
+                    object,
+                    format!("no blob {} in {loc}", b.digest),
+                    Severity::Error,
+                )),
+                Some(&size) if i64::try_from(size).ok() != Some(b.size) => {
+                    r.findings.push(finding(
+                        "size_mismatch",
+                        object,
+                        format!("row says {} bytes, blob {} has {size}", b.size, b.digest),
+                        Severity::Error,
+                    ));
+                }
+                Some(_) => {}
+            }
+        }
+        for s in stray {
+            r.findings.push(finding(
+                "stray_entry",
+                s,
+                "not a blob where blobs are kept",
+                Severity::Warning,
+            ));
+        }
+        for (digest, _) in &blobs {
+            if !named.contains(digest) {
+                r.findings.push(finding(
+                    "orphan_blob",
+                    blob_rel(digest),
+                    "no artifact or upload row names it",
+                    Severity::Warning,
+                ));
+            }
+        }
+        if level == Level::Full {
+            for (digest, _) in &blobs {
+                if !blobs_store.verify(digest).await.map_err(internal)? {
+                    r.findings.push(finding(
+                        "digest_mismatch",
+                        blob_rel(digest),
+                        format!("its bytes in {loc} no longer hash to its name"),
+                        Severity::Error,
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// gc collects from the local directory only; with a bucket that would
+    /// leave the shared blobs untouched and mislead, so it is refused.
+    fn refuse_on_bucket(&self) -> Result<()> {
+        match &self.blob_store {
+            Some(loc) => Err(Error::invalid_body(format!(
+                "airlock gc is not supported with an S3 blob store yet ({loc}); \
+                 airlock validate reports the bucket's orphan blobs"
+            ))),
+            None => Ok(()),
+        }
     }
 
     /// The key directory is 0700 and every file in it 0600 (or stricter),
@@ -465,6 +567,7 @@ impl Maintenance {
 
     /// The candidates, with reasons; changes nothing.
     pub async fn gc_plan(&self) -> Result<GcOutcome> {
+        self.refuse_on_bucket()?;
         let store = Store::open_read_only(&self.url).await.svc()?;
         let out = self.plan_with(&store).await;
         store.pool().close().await;
@@ -514,6 +617,7 @@ impl Maintenance {
     /// Plans, writes the manifest, moves every candidate to the trash area
     /// and audits the step (`gc.applied`).
     pub async fn gc_apply(&self) -> Result<GcOutcome> {
+        self.refuse_on_bucket()?;
         let store = Store::open(&self.url).await.svc()?;
         let plan = self.plan_with(&store).await?;
         if plan.entries.is_empty() {
@@ -544,6 +648,7 @@ impl Maintenance {
 
     /// Finishes an interrupted apply from its manifest (`gc.applied`).
     pub async fn gc_resume(&self, manifest_path: &Path) -> Result<GcOutcome> {
+        self.refuse_on_bucket()?;
         let (area, mut manifest) = self.read_manifest(manifest_path)?;
         let store = Store::open(&self.url).await.svc()?;
         let path = area.join(MANIFEST);
@@ -596,6 +701,7 @@ impl Maintenance {
     /// Puts every moved entry of a manifest back, byte for byte, never over
     /// an existing name (`gc.restored`).
     pub async fn gc_restore(&self, manifest_path: &Path) -> Result<GcOutcome> {
+        self.refuse_on_bucket()?;
         let (area, mut manifest) = self.read_manifest(manifest_path)?;
         let store = Store::open(&self.url).await.svc()?;
         let path = area.join(MANIFEST);
@@ -634,6 +740,7 @@ impl Maintenance {
     /// Deletes a trash area once its recovery window has passed
     /// (`gc.purged`); before that, an error naming when it ends.
     pub async fn gc_purge(&self, manifest_path: &Path) -> Result<GcOutcome> {
+        self.refuse_on_bucket()?;
         let (area, manifest) = self.read_manifest(manifest_path)?;
         let window_ms = i64::try_from(self.window.as_millis()).unwrap_or(i64::MAX);
         let ends = manifest.created_at_ms.saturating_add(window_ms);

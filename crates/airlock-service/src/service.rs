@@ -34,6 +34,9 @@ pub struct Service {
     pub(crate) cfg: Config,
     pub(crate) workers: RwLock<Workers>,
     pub(crate) artifacts: airlock_files::ArtifactStore,
+    /// The same local store, and the bucket every node sees when one is
+    /// configured (DUR-5). Blobs other nodes may need go through here.
+    pub(crate) blobs: crate::blobs::BlobStore,
     pub(crate) wake: tokio::sync::Notify,
     pub(crate) owner: String,
     pub(crate) cancels: Mutex<HashMap<String, Arc<AtomicBool>>>,
@@ -171,6 +174,8 @@ impl Service {
         let secrets = crate::secrets::Secrets::open(&cfg.key_dir, store.clone())?;
         let artifacts = airlock_files::ArtifactStore::open(&cfg.data_dir.join("artifacts"))
             .map_err(|e| airlock_protocol::Error::internal(format!("artifact store: {e}")))?;
+        let blobs = crate::blobs::BlobStore::new(artifacts.clone(), cfg.blob_store.as_ref())
+            .map_err(airlock_protocol::Error::internal)?;
         let owner = format!("{}:{}", cfg.node_id, std::process::id());
         let throttles = Throttles {
             accounts: Throttle::new(cfg.identity.account_throttle),
@@ -181,6 +186,7 @@ impl Service {
             cfg,
             workers: RwLock::new(Workers::default()),
             artifacts,
+            blobs,
             wake: tokio::sync::Notify::new(),
             owner,
             cancels: Mutex::new(HashMap::new()),
@@ -218,6 +224,14 @@ impl Service {
             airlock_store::Backend::Sqlite => "sqlite",
             airlock_store::Backend::Postgres => "postgres",
         }
+    }
+
+    /// Where blobs are kept: `local`, or the bucket's `s3://bucket/prefix`
+    /// (never a credential).
+    pub fn blob_store(&self) -> String {
+        self.blobs
+            .remote_location()
+            .map_or_else(|| "local".to_string(), ToString::to_string)
     }
 
     /// Whether the database answers and its schema is current (`/readyz`).

@@ -269,7 +269,7 @@ impl Service {
                 format!("the content is {sniffed}, which the declared Content-Type contradicts"),
             )
         })?;
-        let body = std::sync::Arc::new(body);
+        let body = bytes::Bytes::from(body);
         if sniffed == "application/zip" {
             let bytes = body.clone();
             tokio::task::spawn_blocking(move || check_zip(&bytes, UPLOAD_ZIP_LIMITS))
@@ -278,14 +278,14 @@ impl Service {
                 .map_err(|e| Error::new(ErrorCode::BadArchive, format!("{}: {e}", e.code())))?;
         }
         // Content-addressed: staged in the store's tmp/, hashed as written,
-        // renamed into place.
-        let artifacts = self.artifacts.clone();
-        let bytes = body.clone();
-        let (digest, size) =
-            tokio::task::spawn_blocking(move || artifacts.put(&bytes[..], MAX_UPLOAD_BYTES as u64))
-                .await
-                .map_err(Error::internal)?
-                .map_err(|e| Error::internal(format!("could not store the upload: {e}")))?;
+        // renamed into place, and published to the shared blob store
+        // (DUR-5) before the row that names it exists, so any node can
+        // stage it.
+        let (digest, size) = self
+            .blobs
+            .put(body.clone(), MAX_UPLOAD_BYTES as u64)
+            .await
+            .map_err(|e| Error::internal(format!("could not store the upload: {e}")))?;
         let rec = UploadRecord {
             id: airlock_store::random_id("upl"),
             workspace_id: c.workspace.clone(),
@@ -364,9 +364,10 @@ impl Service {
             .svc()?
             .ok_or_else(Error::not_found)?;
         let path = self
-            .artifacts
-            .path(&rec.digest)
-            .ok_or_else(|| Error::internal("upload blob missing"))?;
+            .blobs
+            .fetch(&rec.digest, u64::try_from(rec.size).unwrap_or(0))
+            .await
+            .map_err(|e| Error::internal(format!("upload blob unavailable: {e}")))?;
         let len = std::fs::metadata(&path)
             .map_err(|e| Error::internal(format!("upload blob unreadable: {e}")))?
             .len();

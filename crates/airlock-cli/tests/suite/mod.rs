@@ -1,6 +1,7 @@
 mod agents;
 mod approvals;
 mod audit;
+mod blobs;
 mod browser;
 mod docs;
 mod drain;

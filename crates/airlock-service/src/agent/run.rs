@@ -783,6 +783,13 @@ impl Service {
                 Err(e) => return end(RunErrorCode::Internal, e.to_string()),
             };
             for f in files {
+                // Every node may serve it (DUR-5): published before its row.
+                if let Err(e) = self.blobs.publish(&f.sha256).await {
+                    return end(
+                        RunErrorCode::Internal,
+                        format!("artifact {} could not be stored: {e}", f.rel_path),
+                    );
+                }
                 let a = Artifact {
                     name: f.rel_path.clone(),
                     digest: f.sha256.clone(),

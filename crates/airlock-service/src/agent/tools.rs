@@ -255,7 +255,11 @@ impl Service {
             if captured.bytes.is_empty() {
                 continue;
             }
-            if let Ok((digest, size)) = self.artifacts.put(&captured.bytes[..], 1 << 20) {
+            if let Ok((digest, size)) = self
+                .blobs
+                .put(bytes::Bytes::copy_from_slice(&captured.bytes[..]), 1 << 20)
+                .await
+            {
                 let a = Artifact {
                     name: format!("actions/{action_id}/{stream}.txt"),
                     digest: digest.clone(),

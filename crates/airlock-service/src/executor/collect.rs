@@ -143,6 +143,14 @@ impl Service {
                     return Outcome::fail_with(finish, RunErrorCode::RedactionFailed, msg);
                 }
             };
+            // Every node may serve it (DUR-5): published before its row.
+            if let Err(e) = self.blobs.publish(&digest).await {
+                return Outcome::fail_with(
+                    finish,
+                    RunErrorCode::Internal,
+                    format!("artifact {} could not be stored: {e}", f.rel_path),
+                );
+            }
             let a = Artifact {
                 name: f.rel_path.clone(),
                 digest,

@@ -234,10 +234,11 @@ impl Service {
                     .map_err(|e| staging_failed("cannot create the input folder", e))?;
             }
             let dest = dir.join("input").join(name.as_str());
-            let artifacts = self.artifacts.clone();
-            tokio::task::spawn_blocking(move || artifacts.copy_out(&digest, &dest, size))
+            // Through the shared blob store: an upload made on another node
+            // is fetched and checked against its digest first (DUR-5).
+            self.blobs
+                .copy_out(&digest, &dest, size)
                 .await
-                .map_err(|e| staging_failed("cannot stage a file input", e))?
                 .map_err(|e| {
                     staging_failed(&format!("cannot stage file input {}", name.as_str()), e)
                 })?;
