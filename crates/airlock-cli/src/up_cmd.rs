@@ -244,10 +244,12 @@ fn start(paths: &Paths, a: &UpArgs, role: Role) -> ExitCode {
 /// work on a SQLite database.
 fn work_lock(paths: &Paths) -> Result<nix::fcntl::Flock<std::fs::File>, String> {
     let p = paths.data_dir.join("work.lock");
+    use std::os::unix::fs::OpenOptionsExt;
     let f = std::fs::OpenOptions::new()
         .create(true)
         .truncate(false)
         .write(true)
+        .mode(0o600)
         .open(&p)
         .map_err(|e| format!("cannot open {}: {e}", p.display()))?;
     nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusiveNonblock).map_err(|_| {
