@@ -365,10 +365,10 @@ fn ops_2_sse_on_a_web_node_follows_a_run_executed_by_a_worker_node_as_invoker() 
 
 /// On SQLite a second process that would run work on the same data
 /// directory is refused with a clear error (exit 125); a web node beside
-/// the one worker is fine.
+/// the one worker is fine, and its runs are executed by that worker.
 fn cli_1_sqlite_refuses_a_second_worker_process(who: Who) {
     let env = Env::new(who);
-    env.sh_worker("w", "", "true\n");
+    env.sh_worker("w", "", "echo '{}' > /airlock/output/result.json\n");
     let url = format!("sqlite://{}", env.data.join("airlock.db").display());
     // Positive control: the first worker starts.
     let _first = Node::worker(&env, &url, 0);
@@ -385,8 +385,13 @@ fn cli_1_sqlite_refuses_a_second_worker_process(who: Who) {
     );
     let up = env.cmd().args(["up"]).output().unwrap();
     assert_eq!(up.status.code(), Some(125));
+    // The web node beside it: a run created there is executed by the one
+    // worker (SQLite: no NOTIFY, the worker's poll finds it).
     let web = Server::start_with(&env, WEB, &[]);
-    assert_eq!(web.get("/readyz").0, 200);
+    let (c, v) = web.json("POST", "/v1/workers/w/runs", Some("{}"), &[]);
+    assert_eq!(c, 201, "{v}");
+    let id = v["run"]["id"].as_str().unwrap().to_string();
+    assert_eq!(web.wait_state(&id, &["succeeded", "failed"]), "succeeded");
 }
 
 #[test]
