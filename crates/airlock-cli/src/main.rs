@@ -67,6 +67,9 @@ enum Command {
     Proxy(proxy_cmd::ProxyArgs),
     /// Start everything on defaults: HTTP API, queue, executor, reaper.
     Up(up_cmd::UpArgs),
+    /// Start one role of the server: `--role web|worker|all` (CLI-1,
+    /// OPS-2); `all` is `airlock up`.
+    Serve(up_cmd::ServeArgs),
     /// Run a worker through the full pipeline and print the outcome.
     Run(runs_cmd::RunArgs),
     /// Store a single-use, expiring plan for a worker and input.
@@ -221,6 +224,7 @@ fn main() -> ExitCode {
         Command::Sandbox { command } => sandbox_cmd::run(command),
         Command::Proxy(args) => proxy_cmd::run(args),
         Command::Up(a) => up_cmd::up(&cli.paths, &a),
+        Command::Serve(a) => up_cmd::serve_role(&cli.paths, &a),
         Command::Run(a) => runs_cmd::run(&cli.paths, &a),
         Command::Plan(a) => runs_cmd::plan(&cli.paths, &a),
         Command::Runs { command } => runs_cmd::runs(&cli.paths, &command),

@@ -1,5 +1,11 @@
 //! `airlock up`: the server on its embedded defaults — the HTTP API, the
-//! queue, executor, reaper and scheduler in one process.
+//! queue, executor, reaper and scheduler in one process — and `airlock
+//! serve --role web|worker|all` (CLI-1, OPS-2), the same server split in
+//! its two halves: `web` answers HTTP (API, UI, MCP, metrics) and runs
+//! nothing; `worker` claims and executes runs, reaps leases, ticks the
+//! scheduler (while it holds the scheduler lock), signs checkpoints and
+//! applies retention, and has no public listener. `up` is `serve --role
+//! all`.
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -8,6 +14,49 @@ use airlock_api::limits::{Bucket, LimitConfig};
 use clap::Args;
 
 use crate::common::{Paths, err};
+
+/// What one `airlock serve` process does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Role {
+    /// HTTP API, web interface, MCP and metrics; executes nothing.
+    Web,
+    /// Executor, reaper, scheduler, checkpointer, retention and drain; no
+    /// public listener (only `--metrics-listen`, if given).
+    Worker,
+    /// Both: what `airlock up` does.
+    All,
+}
+
+impl Role {
+    fn serves_http(self) -> bool {
+        matches!(self, Self::Web | Self::All)
+    }
+    fn runs_work(self) -> bool {
+        matches!(self, Self::Worker | Self::All)
+    }
+    fn name(self) -> &'static str {
+        match self {
+            Self::Web => "web",
+            Self::Worker => "worker",
+            Self::All => "all",
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// `web`, `worker` or `all` (= `airlock up`). On PostgreSQL any number
+    /// of each share one database; on SQLite one process runs work per
+    /// data directory (a second `worker`/`all` is refused).
+    #[arg(long, env = "AIRLOCK_ROLE", value_enum)]
+    role: Role,
+    #[command(flatten)]
+    up: UpArgs,
+}
+
+pub fn serve_role(paths: &Paths, a: &ServeArgs) -> ExitCode {
+    start(paths, &a.up, a.role)
+}
 
 #[derive(Debug, Args)]
 pub struct UpArgs {
@@ -96,11 +145,15 @@ pub struct UpArgs {
 }
 
 pub fn up(paths: &Paths, a: &UpArgs) -> ExitCode {
+    start(paths, a, Role::All)
+}
+
+fn start(paths: &Paths, a: &UpArgs, role: Role) -> ExitCode {
     let addr: std::net::SocketAddr = match a.listen.parse() {
         Ok(x) => x,
         Err(_) => return err(format!("--listen {:?} is not an address", a.listen)),
     };
-    if !addr.ip().is_loopback() && !a.tls_proxy {
+    if role.serves_http() && !addr.ip().is_loopback() && !a.tls_proxy {
         eprintln!(
             "airlock: warning: listening on {addr} without --tls-proxy: passwords and session cookies cross the network in clear text"
         );
@@ -162,12 +215,55 @@ pub fn up(paths: &Paths, a: &UpArgs) -> ExitCode {
                 shutdown: airlock_mcp::CancellationToken::new(),
             }
         });
-        serve(svc, addr, a.metrics_listen, http, limits, mcp, !a.no_ui).await
+        // SQLite: one process runs work per database file (its executor
+        // claims are not safe across processes), checked with a lock file
+        // held until exit.
+        let _work_lock = if role.runs_work() && svc.database_backend() == "sqlite" {
+            match work_lock(&paths) {
+                Ok(f) => Some(f),
+                Err(e) => return err(e),
+            }
+        } else {
+            None
+        };
+        serve(
+            svc,
+            role,
+            addr,
+            a.metrics_listen,
+            http,
+            limits,
+            mcp,
+            !a.no_ui,
+        )
+        .await
     })
 }
 
+/// The exclusive lock on `DATA/work.lock` of the one process that runs
+/// work on a SQLite database.
+fn work_lock(paths: &Paths) -> Result<nix::fcntl::Flock<std::fs::File>, String> {
+    let p = paths.data_dir.join("work.lock");
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .mode(0o600)
+        .open(&p)
+        .map_err(|e| format!("cannot open {}: {e}", p.display()))?;
+    nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusiveNonblock).map_err(|_| {
+        format!(
+            "another airlock process already runs work on this SQLite database ({} is locked): on SQLite run one `up` or `serve --role worker|all` per data directory; several workers need PostgreSQL (--database-url postgres://…)",
+            p.display()
+        )
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
 async fn serve(
     svc: std::sync::Arc<airlock_service::Service>,
+    role: Role,
     addr: std::net::SocketAddr,
     metrics_listen: Option<std::net::SocketAddr>,
     http: airlock_api::auth::HttpConfig,
@@ -185,66 +281,84 @@ async fn serve(
             e.code, e.message
         ));
     }
-    match svc.recover_startup().await {
-        Ok(r) if !r.is_empty() => eprintln!(
-            "airlock: recovered {} run(s) from a previous start",
-            r.len()
-        ),
-        Ok(_) => {}
-        Err(e) => return err(format!("startup recovery failed: {e}")),
+    if role.runs_work() {
+        match svc.recover_startup().await {
+            Ok(r) if !r.is_empty() => eprintln!(
+                "airlock: recovered {} run(s) from a previous start",
+                r.len()
+            ),
+            Ok(_) => {}
+            Err(e) => return err(format!("startup recovery failed: {e}")),
+        }
     }
-    let listener = match tokio::net::TcpListener::bind(addr).await {
-        Ok(l) => l,
-        Err(e) => return err(format!("cannot listen on {addr}: {e}")),
+    let listener = if role.serves_http() {
+        match tokio::net::TcpListener::bind(addr).await {
+            Ok(l) => Some(l),
+            Err(e) => return err(format!("cannot listen on {addr}: {e}")),
+        }
+    } else {
+        None
     };
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let executor = tokio::spawn(svc.clone().run_executor(stop_rx.clone()));
-    let reaper = tokio::spawn(svc.clone().run_reaper(stop_rx.clone()));
-    // RUN-6: cron triggers; each fire is claimed in the database, so
-    // several nodes fire it once.
-    let scheduler = tokio::spawn(
-        svc.clone()
-            .run_scheduler(svc.config().clock.clone(), stop_rx.clone()),
-    );
-    // AUD-4: signed checkpoints of the audit chains, periodically.
-    let checkpointer = tokio::spawn(svc.clone().run_checkpointer(stop_rx.clone(), |r| {
-        if let Err(e) = r {
-            tracing::error!(target: "airlock::audit", event = "checkpoint_failed", error = %e.message);
-        }
-    }));
-    // DUR-7: retention passes over workspaces that set it (hourly).
-    let retention = tokio::spawn(svc.clone().run_retention(stop_rx.clone(), |ws, r| match r {
-        Ok(a) if a.removed.runs + a.removed.log_events + a.removed.artifacts + a.removed.uploads + a.removed.fires > 0 => {
-            tracing::info!(target: "airlock::retention", event = "retention_applied", workspace = ws, runs = a.removed.runs, log_events = a.removed.log_events, artifacts = a.removed.artifacts, uploads = a.removed.uploads, fires = a.removed.fires);
-        }
-        Ok(_) => {}
-        Err(e) => {
-            tracing::error!(target: "airlock::retention", event = "retention_failed", workspace = ws, error = %e.message);
-        }
-    }));
+    let mut background = Vec::new();
+    let executor = role.runs_work().then(|| {
+        let executor = tokio::spawn(svc.clone().run_executor(stop_rx.clone()));
+        background.push(tokio::spawn(svc.clone().run_reaper(stop_rx.clone())));
+        // RUN-6: cron triggers; each fire is claimed in the database, and
+        // on PostgreSQL only the holder of the scheduler lock ticks (OPS-2).
+        background.push(tokio::spawn(
+            svc.clone()
+                .run_scheduler(svc.config().clock.clone(), stop_rx.clone()),
+        ));
+        // AUD-4: signed checkpoints of the audit chains, periodically.
+        background.push(tokio::spawn(svc.clone().run_checkpointer(stop_rx.clone(), |r| {
+            if let Err(e) = r {
+                tracing::error!(target: "airlock::audit", event = "checkpoint_failed", error = %e.message);
+            }
+        })));
+        // DUR-7: retention passes over workspaces that set it (hourly).
+        background.push(tokio::spawn(svc.clone().run_retention(stop_rx.clone(), |ws, r| match r {
+            Ok(a) if a.removed.runs + a.removed.log_events + a.removed.artifacts + a.removed.uploads + a.removed.fires > 0 => {
+                tracing::info!(target: "airlock::retention", event = "retention_applied", workspace = ws, runs = a.removed.runs, log_events = a.removed.log_events, artifacts = a.removed.artifacts, uploads = a.removed.uploads, fires = a.removed.fires);
+            }
+            Ok(_) => {}
+            Err(e) => {
+                tracing::error!(target: "airlock::retention", event = "retention_failed", workspace = ws, error = %e.message);
+            }
+        })));
+        executor
+    });
     let workers = svc.loaded_workers();
-    println!(
-        "{}",
-        serde_json::json!({"event": "listening", "address": addr.to_string(), "workers": workers, "database": svc.database_backend(), "blob_store": svc.blob_store()})
-    );
-    if ui {
-        eprintln!("airlock: web interface at http://{addr}/");
-    }
-    eprintln!(
-        "airlock: serving {workers} worker(s) on http://{addr}{}",
-        if mcp.is_some() {
-            format!(" (MCP at http://{addr}/mcp)")
-        } else {
-            String::new()
+    if role.serves_http() {
+        println!(
+            "{}",
+            serde_json::json!({"event": "listening", "address": addr.to_string(), "workers": workers, "database": svc.database_backend(), "blob_store": svc.blob_store(), "role": role.name()})
+        );
+        if ui {
+            eprintln!("airlock: web interface at http://{addr}/");
         }
-    );
-    match svc.prepare_bootstrap().await {
-        Ok(Some(p)) => eprintln!(
-            "airlock: no owner yet: a one-time bootstrap capability is in {} (paste it at http://{addr}/bootstrap, or POST it to /v1/bootstrap with a username and password)",
-            p.display()
-        ),
-        Ok(None) => {}
-        Err(e) => return err(format!("bootstrap: {}", e.message)),
+        eprintln!(
+            "airlock: serving {workers} worker(s) on http://{addr}{}",
+            if mcp.is_some() {
+                format!(" (MCP at http://{addr}/mcp)")
+            } else {
+                String::new()
+            }
+        );
+        match svc.prepare_bootstrap().await {
+            Ok(Some(p)) => eprintln!(
+                "airlock: no owner yet: a one-time bootstrap capability is in {} (paste it at http://{addr}/bootstrap, or POST it to /v1/bootstrap with a username and password)",
+                p.display()
+            ),
+            Ok(None) => {}
+            Err(e) => return err(format!("bootstrap: {}", e.message)),
+        }
+    } else {
+        println!(
+            "{}",
+            serde_json::json!({"event": "ready", "role": role.name(), "workers": workers, "database": svc.database_backend(), "pid": std::process::id()})
+        );
+        eprintln!("airlock: worker node executing {workers} worker(s); no HTTP listener");
     }
     let state = airlock_api::AppState::with_limits(svc.clone(), http, limits);
     if let Some(maddr) = metrics_listen {
@@ -272,19 +386,7 @@ async fn serve(
             }
         });
     }
-    // One access-log line per request on stderr, with its request id.
-    // MCP (MCP-1): open streams (a get_run waiting) end when the server
-    // stops, so a graceful shutdown does not wait for them.
     let mcp_stop = mcp.as_ref().map(|m| m.shutdown.clone());
-    let mcp_router = mcp
-        .map(|m| axum::Router::new().fallback_service(airlock_mcp::http_service(svc.clone(), m)));
-    let fronts = airlock_api::Fronts {
-        mcp: mcp_router,
-        ui: ui.then(airlock_ui::router),
-    };
-    let app = airlock_api::app_with_fronts(state, fronts)
-        .layer(axum::middleware::from_fn(access_log))
-        .into_make_service_with_connect_info::<std::net::SocketAddr>();
     let stop_tx = std::sync::Arc::new(stop_tx);
     let stop_on_signal = stop_tx.clone();
     let shutdown = async move {
@@ -303,30 +405,57 @@ async fn serve(
         eprintln!("airlock: draining: no new runs are claimed");
         let _ = stop_on_signal.send(true);
     };
-    let served = axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown)
-        .await;
+    let served = match listener {
+        Some(listener) => {
+            // One access-log line per request on stderr, with its request
+            // id. MCP (MCP-1): open streams (a get_run waiting) end when
+            // the server stops, so a graceful shutdown does not wait.
+            let mcp_router = mcp.map(|m| {
+                axum::Router::new().fallback_service(airlock_mcp::http_service(svc.clone(), m))
+            });
+            let fronts = airlock_api::Fronts {
+                mcp: mcp_router,
+                ui: ui.then(airlock_ui::router),
+            };
+            let app = airlock_api::app_with_fronts(state, fronts)
+                .layer(axum::middleware::from_fn(access_log))
+                .into_make_service_with_connect_info::<std::net::SocketAddr>();
+            axum::serve(listener, app)
+                .with_graceful_shutdown(shutdown)
+                .await
+        }
+        None => {
+            shutdown.await;
+            Ok(())
+        }
+    };
     // Also when the listener failed without a signal.
     let _ = stop_tx.send(true);
-    let _ = executor.await;
-    eprintln!("airlock: drained");
-    reaper.abort();
-    scheduler.abort();
-    checkpointer.abort();
-    retention.abort();
-    // A last checkpoint once the work has stopped (a clean shutdown).
-    match svc.checkpoint_audit(false).await {
-        Ok(made) => {
-            let signed = made.iter().filter(|m| m.written).count();
-            println!(
-                "{}",
-                serde_json::json!({"event": "checkpoint", "signed": signed})
-            );
+    if let Some(executor) = executor {
+        let _ = executor.await;
+        eprintln!("airlock: drained");
+    }
+    // Stopping the scheduler drops its lock connection: the lock passes
+    // to another worker at its next try.
+    for task in background {
+        task.abort();
+    }
+    // A last checkpoint once the work has stopped (a clean shutdown), by
+    // the processes that sign them.
+    if role.runs_work() {
+        match svc.checkpoint_audit(false).await {
+            Ok(made) => {
+                let signed = made.iter().filter(|m| m.written).count();
+                println!(
+                    "{}",
+                    serde_json::json!({"event": "checkpoint", "signed": signed})
+                );
+            }
+            Err(e) => eprintln!(
+                "airlock: audit checkpoint at shutdown failed: {}",
+                e.message
+            ),
         }
-        Err(e) => eprintln!(
-            "airlock: audit checkpoint at shutdown failed: {}",
-            e.message
-        ),
     }
     match served {
         Ok(()) => ExitCode::SUCCESS,

@@ -50,6 +50,9 @@ pub const FIRE_STALE_MS: i64 = 120_000;
 /// How often [`Service::run_scheduler`] ticks.
 pub const TICK: Duration = Duration::from_secs(1);
 
+/// How often a process without the scheduler lock tries to take it (OPS-2).
+pub const LOCK_RETRY: Duration = Duration::from_secs(3);
+
 /// One schedule trigger of a loaded worker.
 #[derive(Debug, Clone)]
 pub struct ScheduleEntry {
@@ -239,9 +242,40 @@ impl Service {
     ) {
         let mut reported: HashSet<String> = HashSet::new();
         let mut last_error: Option<String> = None;
+        // OPS-2: only the holder of the scheduler lock ticks; the others
+        // try again every LOCK_RETRY. On SQLite the lock is always held.
+        let holder = format!("{}:{}", self.cfg.node_id, std::process::id());
+        let mut lock: Option<airlock_store::SchedulerLock> = None;
+        let mut next_try = tokio::time::Instant::now();
         loop {
             if *stop.borrow() {
                 break;
+            }
+            if let Some(l) = lock.as_mut()
+                && !l.still_held().await
+            {
+                lock = None;
+                tracing::warn!(target: "airlock::scheduler", event = "scheduler_lock_lost", holder = %holder);
+            }
+            if lock.is_none() && tokio::time::Instant::now() >= next_try {
+                match self.store.try_scheduler_lock(&holder).await {
+                    Ok(Some(l)) => {
+                        lock = Some(l);
+                        tracing::info!(target: "airlock::scheduler", event = "scheduler_lock_acquired", holder = %holder);
+                    }
+                    Ok(None) => next_try = tokio::time::Instant::now() + LOCK_RETRY,
+                    Err(e) => {
+                        next_try = tokio::time::Instant::now() + LOCK_RETRY;
+                        tracing::error!(target: "airlock::scheduler", event = "scheduler_lock_failed", error = %e);
+                    }
+                }
+            }
+            if lock.is_none() {
+                tokio::select! {
+                    changed = stop.changed() => if changed.is_err() { break },
+                    () = tokio::time::sleep(TICK) => {}
+                }
+                continue;
             }
             for entry in self.schedules() {
                 if let Err(e) = &entry.schedule {
@@ -276,5 +310,13 @@ impl Service {
                 () = tokio::time::sleep(wait) => {}
             }
         }
+        if let Some(l) = lock {
+            l.release().await;
+        }
+    }
+
+    /// Who holds the scheduler lock (`node:pid`), on PostgreSQL.
+    pub async fn scheduler_lock_holder(&self) -> Result<Option<String>, StoreError> {
+        self.store.scheduler_lock_holder().await
     }
 }

@@ -455,6 +455,20 @@ impl Server {
     /// A server of `env`, ready, with no owner made and no key sent (the
     /// browser tests bootstrap through the web UI).
     pub(crate) fn start_unbootstrapped(env: &Env, extra_env: &[(&str, &str)]) -> Self {
+        Self::start_command(env, &["up"], extra_env)
+    }
+    /// A server of `env` started with `args` (e.g. `serve --role web`)
+    /// instead of `up`, its owner bootstrapped as with [`Server::start`].
+    pub(crate) fn start_with(env: &Env, args: &[&str], extra_env: &[(&str, &str)]) -> Self {
+        let mut s = Self::start_command(env, args, extra_env);
+        let mut key = env.api_key.lock().unwrap();
+        if key.is_none() {
+            *key = Some(bootstrap_owner(&s, env));
+        }
+        s.key = key.clone().unwrap();
+        s
+    }
+    fn start_command(env: &Env, args: &[&str], extra_env: &[(&str, &str)]) -> Self {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -472,7 +486,8 @@ impl Server {
         let out = std::fs::File::create(&log).unwrap();
         let err = out.try_clone().unwrap();
         let log_path = log.clone();
-        cmd.args(["up", "--listen", &format!("127.0.0.1:{port}")])
+        cmd.args(args)
+            .args(["--listen", &format!("127.0.0.1:{port}")])
             .stdout(out)
             .stderr(err);
         for (k, v) in extra_env {

@@ -395,3 +395,47 @@ async fn run_6_fire_reads_are_workspace_scoped(store: Store) {
     assert_eq!(fire_rows(&store, WS_B, "w", 0).await.len(), 3);
 }
 both!(run_6_fire_reads_are_workspace_scoped);
+
+/// OPS-2: one scheduler lock holder at a time; a second try gets `None`
+/// while the first holds it, the holder is named, and a dropped holder
+/// (its connection closed, as when its process dies) frees the lock for the
+/// next try. On SQLite every try holds it (one worker per file, enforced by
+/// the CLI's lock file) and nobody is named.
+async fn ops_2_scheduler_lock_has_one_holder_and_passes_on(store: Store) {
+    let first = store.try_scheduler_lock("node:1").await.unwrap();
+    let Some(mut first) = first else {
+        panic!("an untaken lock is taken")
+    };
+    assert!(first.still_held().await);
+    let second = store.try_scheduler_lock("node:2").await.unwrap();
+    if store.backend() == Backend::Sqlite {
+        assert!(second.is_some());
+        assert_eq!(store.scheduler_lock_holder().await.unwrap(), None);
+        return;
+    }
+    // Positive control of the refusal below: the holder is visible.
+    assert_eq!(
+        store.scheduler_lock_holder().await.unwrap().as_deref(),
+        Some("node:1")
+    );
+    assert!(second.is_none(), "a second holder while the first lives");
+    drop(first);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let second = loop {
+        if let Some(l) = store.try_scheduler_lock("node:2").await.unwrap() {
+            break l;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the lock never passed on"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    assert_eq!(
+        store.scheduler_lock_holder().await.unwrap().as_deref(),
+        Some("node:2")
+    );
+    second.release().await;
+    assert_eq!(store.scheduler_lock_holder().await.unwrap(), None);
+}
+both!(ops_2_scheduler_lock_has_one_holder_and_passes_on);
