@@ -36,6 +36,7 @@ mod secrets;
 mod settle;
 mod sqlite_files;
 mod store;
+mod throttles;
 mod uploads;
 mod webhooks;
 
@@ -56,5 +57,6 @@ pub use runs::*;
 pub use schedules::*;
 pub use settle::{Resolution, Settled};
 pub use store::*;
+pub use throttles::ThrottleKind;
 pub use uploads::*;
 pub use webhooks::*;
