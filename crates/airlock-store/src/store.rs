@@ -182,7 +182,7 @@ pub fn postgres_runtime_grants(role: &str) -> Option<String> {
 }
 
 /// The newest schema version this build knows.
-pub const SCHEMA_VERSION: i64 = 7;
+pub const SCHEMA_VERSION: i64 = 8;
 
 /// What [`Store::inspect`] found, without writing anything.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -9,6 +9,7 @@ mod gc;
 mod iam;
 mod json;
 mod mcp;
+mod ops;
 mod runs;
 mod sandbox_attacks;
 mod sandbox_cli;
