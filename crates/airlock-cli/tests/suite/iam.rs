@@ -379,7 +379,8 @@ fn retry_after(raw: &str) -> Option<u64> {
 /// right password through node B, which has seen no failure itself, is
 /// throttled too (the state is the database's). Positive control: another
 /// account name on B is not throttled (a plain 401), and once the wait is
-/// over the right password works on B.
+/// over the right password works on B. Also: an upload link signed on A
+/// is honoured on B, which shares the key directory.
 fn iam_2_login_throttle_reached_on_one_node_holds_on_another(who: Who) {
     let Some(db) = crate::suite::runs::PgDb::new() else {
         return;
@@ -389,6 +390,25 @@ fn iam_2_login_throttle_reached_on_one_node_holds_on_another(who: Who) {
     let url = db.url();
     let a = Server::start(&env, &[("AIRLOCK_DATABASE_URL", &url)]);
     let b = Server::start(&env, &[("AIRLOCK_DATABASE_URL", &url)]);
+    // The nodes share the key directory (docs/operations.md): an upload
+    // link signed by node A (download.key) is honoured by node B; the same
+    // link with its signature changed is refused there (control).
+    let doc = r#"{"shared": [1, 2, 3]}"#;
+    let (c, v) = a.json("POST", "/v1/uploads?name=doc.json", Some(doc), &[]);
+    assert_eq!(c, 201, "{v}");
+    let link = v["download_url"].as_str().unwrap().to_string();
+    let (c, body) = crate::suite::ops::download(&b, &link);
+    assert_eq!(c, "200", "a link made on A works on B");
+    assert!(body == doc.as_bytes(), "the upload's bytes");
+    let last = link.chars().last().unwrap();
+    let forged = format!(
+        "{}{}",
+        &link[..link.len() - 1],
+        if last == '0' { '1' } else { '0' }
+    );
+    let (c, _) = crate::suite::ops::download(&b, &forged);
+    assert_eq!(c, "403", "a changed signature is refused on B");
+
     let attempt = |s: &Server, user: &str, password: &str| {
         s.raw(
             "POST",
