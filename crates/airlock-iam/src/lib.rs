@@ -5,7 +5,7 @@
 //! |---|---|
 //! | [`roles`] | IAM-7 — the role × permission table, as data, and the grant rule |
 //! | [`password`] | IAM-2 — Argon2id password hashing, constant-work verification, usernames |
-//! | [`throttle`] | IAM-2 — bounded, non-revealing login throttling that never locks out forever |
+//! | [`throttle`] | IAM-2 — the login throttling policy (bounded, non-revealing, never locks out forever); its state is in the store |
 //! | [`keys`] | IAM-1, IAM-3, IAM-4, IAM-5 — session/CSRF/capability tokens, API keys, recovery codes |
 //! | [`totp`] | IAM-4 — RFC 6238 second factor with per-step replay protection |
 //!

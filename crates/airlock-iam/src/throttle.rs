@@ -1,10 +1,13 @@
-//! IAM-2 login throttling: after a number of free failures each further failure doubles the
+//! IAM-2 login throttling policy: after a number of free failures each further failure doubles the
 //! wait up to a cap. It slows guessing, never locks anyone out for good, and reveals nothing:
 //! keys are opaque strings (the caller passes the normalized username whether or not the account
-//! exists, and separately a client key). Memory is bounded by `max_entries`.
-
-use std::collections::HashMap;
-use std::sync::{Mutex, MutexGuard};
+//! exists, and separately a client key).
+//!
+//! Only the policy lives here, as pure functions of a failure count and a clock. The state (one
+//! row per key: failures, next allowed time, last failure) lives in the database
+//! (`airlock_store::Store::throttle_*`), so that a throttle reached through one web node holds on
+//! every other node sharing that database. Growth is bounded there: quiet keys are forgotten after
+//! [`ThrottleConfig::forget_after_ms`] and the table is trimmed to `max_entries` keys per kind.
 
 #[derive(Debug, Clone, Copy)]
 pub struct ThrottleConfig {
@@ -15,6 +18,7 @@ pub struct ThrottleConfig {
 }
 
 const FIFTEEN_MIN_MS: i64 = 15 * 60 * 1000;
+const ONE_DAY_MS: i64 = 24 * 60 * 60 * 1000;
 
 impl ThrottleConfig {
     /// 5 free failures, then 1 s doubling, capped at 15 min; 100 000 keys.
@@ -45,108 +49,35 @@ impl ThrottleConfig {
         }
     }
 
-    fn is_disabled(&self) -> bool {
+    /// A disabled throttle neither checks nor records anything.
+    pub fn is_disabled(&self) -> bool {
         self.max_delay_ms <= 0 || self.base_delay_ms <= 0 || self.max_entries == 0
     }
 
-    fn delay_for(&self, failures: u32) -> i64 {
-        if failures <= self.free_failures {
+    /// The wait imposed right after the `failures`-th consecutive failure: none while
+    /// `failures <= free_failures`, then `min(base * 2^(failures-free-1), max)`.
+    pub fn delay_after(&self, failures: i64) -> i64 {
+        if self.is_disabled() || failures <= i64::from(self.free_failures) {
             return 0;
         }
-        let exp = (failures - self.free_failures - 1).min(62);
+        let exp = (failures - i64::from(self.free_failures) - 1).clamp(0, 62);
         self.base_delay_ms
             .saturating_mul(1i64 << exp)
             .min(self.max_delay_ms)
     }
-}
 
-#[derive(Debug, Clone, Copy)]
-struct Entry {
-    failures: u32,
-    next_allowed_ms: i64,
-    last_ms: i64,
-}
-
-#[derive(Debug)]
-pub struct Throttle {
-    cfg: ThrottleConfig,
-    entries: Mutex<HashMap<String, Entry>>,
-}
-
-impl Throttle {
-    pub fn new(cfg: ThrottleConfig) -> Self {
-        Self {
-            cfg,
-            entries: Mutex::new(HashMap::new()),
-        }
+    /// How long a key with no new failure is remembered once its wait has passed: a day, so a
+    /// patient guesser gets its free failures back at most once a day, and the table stays small.
+    pub fn forget_after_ms(&self) -> i64 {
+        ONE_DAY_MS.max(self.max_delay_ms)
     }
 
-    fn lock(&self) -> MutexGuard<'_, HashMap<String, Entry>> {
-        // A panic elsewhere while holding the lock leaves consistent plain data; keep going.
-        self.entries.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Ok(()) if an attempt is allowed now; Err(retry_after_ms) otherwise.
-    pub fn check(&self, key: &str, now_ms: i64) -> Result<(), i64> {
-        if self.cfg.is_disabled() {
-            return Ok(());
-        }
-        match self.lock().get(key) {
-            Some(e) if now_ms < e.next_allowed_ms => Err(e.next_allowed_ms - now_ms),
+    /// `Err(retry_after_ms)` while `now_ms` is before `next_allowed_ms`, else `Ok(())`.
+    pub fn check(&self, next_allowed_ms: Option<i64>, now_ms: i64) -> Result<(), i64> {
+        match next_allowed_ms {
+            Some(next) if !self.is_disabled() && now_ms < next => Err(next - now_ms),
             _ => Ok(()),
         }
-    }
-
-    /// After a failure: failures += 1; once failures > free_failures,
-    /// next_allowed = now + min(base * 2^(failures-free-1), max).
-    pub fn failure(&self, key: &str, now_ms: i64) {
-        if self.cfg.is_disabled() {
-            return;
-        }
-        let mut map = self.lock();
-        let e = map.entry(key.to_owned()).or_insert(Entry {
-            failures: 0,
-            next_allowed_ms: i64::MIN,
-            last_ms: now_ms,
-        });
-        e.failures = e.failures.saturating_add(1);
-        e.last_ms = now_ms;
-        let delay = self.cfg.delay_for(e.failures);
-        if delay > 0 {
-            e.next_allowed_ms = now_ms.saturating_add(delay);
-        }
-        if map.len() > self.cfg.max_entries {
-            prune(&mut map, self.cfg.max_entries, now_ms);
-        }
-    }
-
-    /// Forget the key (after a successful login).
-    pub fn success(&self, key: &str) {
-        self.lock().remove(key);
-    }
-
-    /// Number of keys currently remembered.
-    pub fn len(&self) -> usize {
-        self.lock().len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-}
-
-/// Shrinks to ~90% of `max` so pruning is amortized: entries whose delay has passed go first,
-/// oldest first; only if that is not enough are still-waiting entries dropped, oldest first.
-fn prune(map: &mut HashMap<String, Entry>, max: usize, now_ms: i64) {
-    let target = max - max / 10;
-    let excess = map.len().saturating_sub(target);
-    let mut order: Vec<(bool, i64, String)> = map
-        .iter()
-        .map(|(k, e)| (now_ms < e.next_allowed_ms, e.last_ms, k.clone()))
-        .collect();
-    order.sort_unstable();
-    for (_, _, k) in order.into_iter().take(excess) {
-        map.remove(&k);
     }
 }
 
@@ -154,90 +85,66 @@ fn prune(map: &mut HashMap<String, Entry>, max: usize, now_ms: i64) {
 mod tests {
     use super::*;
 
-    #[test]
-    fn free_failures_then_growing_delay_never_permanent() {
-        let t = Throttle::new(ThrottleConfig::per_account());
-        let mut now = 1_000_000;
-        for _ in 0..5 {
-            assert_eq!(t.check("alice", now), Ok(()));
-            t.failure("alice", now);
-        }
-        assert_eq!(t.check("alice", now), Ok(()), "5 failures are free");
-        let mut last = 0;
-        for i in 0..8 {
-            t.failure("alice", now);
-            let wait = t.check("alice", now).unwrap_err();
-            assert_eq!(wait, 1000 << i);
-            assert!(wait > last);
-            last = wait;
-            assert!(t.check("alice", now + wait - 1).is_err());
-            now += wait;
-            assert_eq!(t.check("alice", now), Ok(()), "never permanent");
-        }
-        assert_eq!(t.check("bob", now), Ok(()), "keys are independent");
+    /// Replays `n` failures at `now` the way the store applies them.
+    fn after(cfg: &ThrottleConfig, n: i64, now: i64) -> Option<i64> {
+        (1..=n)
+            .map(|f| cfg.delay_after(f))
+            .filter(|d| *d > 0)
+            .map(|d| now + d)
+            .max()
     }
 
     #[test]
-    fn cap_is_respected_and_success_resets() {
-        let t = Throttle::new(ThrottleConfig::per_account());
-        for _ in 0..100 {
-            t.failure("k", 0);
+    fn free_failures_then_growing_delay_never_permanent() {
+        let cfg = ThrottleConfig::per_account();
+        for f in 1..=5 {
+            assert_eq!(cfg.delay_after(f), 0, "5 failures are free");
         }
-        assert_eq!(t.check("k", 0), Err(15 * 60 * 1000));
-        assert_eq!(t.check("k", 15 * 60 * 1000), Ok(()));
-        t.success("k");
-        assert!(t.is_empty());
-        for _ in 0..5 {
-            t.failure("k", 0);
+        let mut last = 0;
+        for i in 0..8 {
+            let wait = cfg.delay_after(6 + i);
+            assert_eq!(wait, 1000 << i);
+            assert!(wait > last);
+            last = wait;
+            let now = 1_000_000;
+            assert_eq!(cfg.check(Some(now + wait), now), Err(wait));
+            assert!(cfg.check(Some(now + wait), now + wait - 1).is_err());
+            assert_eq!(
+                cfg.check(Some(now + wait), now + wait),
+                Ok(()),
+                "never permanent"
+            );
         }
-        assert_eq!(t.check("k", 0), Ok(()), "counting restarted");
+        assert_eq!(
+            cfg.check(None, 0),
+            Ok(()),
+            "an unknown key waits for nothing"
+        );
+    }
+
+    #[test]
+    fn cap_is_respected() {
+        let cfg = ThrottleConfig::per_account();
+        assert_eq!(cfg.delay_after(100), 15 * 60 * 1000);
+        assert_eq!(cfg.delay_after(i64::MAX), 15 * 60 * 1000);
+        let next = after(&cfg, 100, 0);
+        assert_eq!(cfg.check(next, 0), Err(15 * 60 * 1000));
+        assert_eq!(cfg.check(next, 15 * 60 * 1000), Ok(()));
+        assert!(cfg.forget_after_ms() >= cfg.max_delay_ms);
     }
 
     #[test]
     fn per_client_allows_twenty() {
-        let t = Throttle::new(ThrottleConfig::per_client());
-        for _ in 0..20 {
-            t.failure("1.2.3.4", 0);
-        }
-        assert_eq!(t.check("1.2.3.4", 0), Ok(()));
-        t.failure("1.2.3.4", 0);
-        assert_eq!(t.check("1.2.3.4", 0), Err(1000));
+        let cfg = ThrottleConfig::per_client();
+        assert_eq!(after(&cfg, 20, 0), None);
+        assert_eq!(cfg.check(after(&cfg, 21, 0), 0), Err(1000));
     }
 
     #[test]
     fn disabled_never_throttles() {
-        let t = Throttle::new(ThrottleConfig::disabled());
-        for _ in 0..1000 {
-            t.failure("k", 0);
-        }
-        assert_eq!(t.check("k", 0), Ok(()));
-        assert!(t.is_empty());
-    }
-
-    #[test]
-    fn memory_is_bounded_and_waiting_entries_survive_pruning() {
-        let cfg = ThrottleConfig {
-            free_failures: 0,
-            max_entries: 50,
-            ..ThrottleConfig::per_account()
-        };
-        let t = Throttle::new(cfg);
-        for _ in 0..20 {
-            t.failure("attacked", 0); // oldest entry, but waits until 900_000
-        }
-        for i in 0..800 {
-            // Each of these waits 1 s and has expired by the next one.
-            t.failure(&format!("k{i}"), i64::from(i) * 1000);
-            assert!(t.len() <= 50);
-        }
-        assert!(
-            t.check("attacked", 800_000).is_err(),
-            "still-waiting entry kept"
-        );
-        // Even if every entry is still waiting, the bound holds.
-        for i in 0..1000 {
-            t.failure(&format!("w{i}"), 20_000);
-            assert!(t.len() <= 50);
-        }
+        let cfg = ThrottleConfig::disabled();
+        assert!(cfg.is_disabled());
+        assert_eq!(cfg.delay_after(1000), 0);
+        assert_eq!(cfg.check(Some(i64::MAX), 0), Ok(()));
     }
 }

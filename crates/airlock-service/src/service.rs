@@ -1,13 +1,12 @@
 //! The service: one per process, shared by every front end. It owns the
 //! store (no front end can reach it), the vault, the artifact store, the
-//! loaded workers and the identity throttles.
+//! loaded workers (the identity throttles' state is in the store).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicI64};
 use std::sync::{Arc, Mutex, RwLock};
 
-use airlock_iam::throttle::Throttle;
 use airlock_store::Store;
 use airlock_worker::Bundle;
 
@@ -19,13 +18,6 @@ use crate::error::Result;
 pub struct Workers {
     pub bundles: BTreeMap<String, Bundle>,
     pub errors: Vec<(PathBuf, String)>,
-}
-
-/// Login throttles (IAM-2), per process.
-#[derive(Debug)]
-pub(crate) struct Throttles {
-    pub(crate) accounts: Throttle,
-    pub(crate) clients: Throttle,
 }
 
 /// The service. One per process; front ends share it.
@@ -53,7 +45,9 @@ pub struct Service {
     /// the egress proxies of its sandboxes on every request.
     pub(crate) stops: Mutex<HashMap<String, Arc<AtomicBool>>>,
     pub(crate) secrets: crate::secrets::Secrets,
-    pub(crate) throttles: Throttles,
+    /// The last bounding of the shared login throttle table by this
+    /// process: accounts, clients.
+    pub(crate) last_throttle_prune: [AtomicI64; 2],
     /// The last prune of the webhook replay store by this process.
     pub(crate) last_delivery_prune: AtomicI64,
     /// The upload link-signing key, read once from the key directory.
@@ -177,10 +171,6 @@ impl Service {
         let blobs = crate::blobs::BlobStore::new(artifacts.clone(), cfg.blob_store.as_ref())
             .map_err(airlock_protocol::Error::internal)?;
         let owner = format!("{}:{}", cfg.node_id, std::process::id());
-        let throttles = Throttles {
-            accounts: Throttle::new(cfg.identity.account_throttle),
-            clients: Throttle::new(cfg.identity.client_throttle),
-        };
         let svc = Arc::new(Self {
             store,
             cfg,
@@ -195,7 +185,7 @@ impl Service {
             drain_stopped: Mutex::new(HashSet::new()),
             stops: Mutex::new(HashMap::new()),
             secrets,
-            throttles,
+            last_throttle_prune: [AtomicI64::new(i64::MIN), AtomicI64::new(i64::MIN)],
             last_delivery_prune: AtomicI64::new(i64::MIN),
             download_key: tokio::sync::OnceCell::new(),
             launcher,

@@ -216,7 +216,10 @@ impl Store {
         Ok(seq)
     }
 
-    /// Records a published artifact under the token.
+    /// Records a published artifact under the token. A row of the same name
+    /// left by an earlier attempt (killed during publication, then requeued
+    /// as idempotent) is replaced: the run's artifacts are its last
+    /// attempt's.
     pub async fn add_artifact(&self, run_id: &str, token: i64, a: &Artifact) -> Result<()> {
         let mut tx = self.pool.begin().await?;
         let ws: Option<String> = sqlx::query_scalar(
@@ -231,7 +234,9 @@ impl Store {
             return Err(StoreError::StaleToken);
         };
         sqlx::query(
-            "INSERT INTO artifacts (workspace_id, run_id, name, digest, size, media_type, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7)",
+            "INSERT INTO artifacts (workspace_id, run_id, name, digest, size, media_type, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7) \
+             ON CONFLICT (run_id, name) DO UPDATE SET digest = excluded.digest, size = excluded.size, \
+             media_type = excluded.media_type, created_at = excluded.created_at",
         )
         .bind(&ws)
         .bind(run_id)

@@ -37,6 +37,7 @@ mod secrets;
 mod settle;
 mod sqlite_files;
 mod store;
+mod throttles;
 mod uploads;
 mod webhooks;
 
@@ -58,5 +59,6 @@ pub use runs::*;
 pub use schedules::*;
 pub use settle::{Resolution, Settled};
 pub use store::*;
+pub use throttles::ThrottleKind;
 pub use uploads::*;
 pub use webhooks::*;

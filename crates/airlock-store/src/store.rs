@@ -149,6 +149,10 @@ const SQLITE_MIGRATIONS: &[(i64, &str)] = &[
     (5, include_str!("../migrations/shared/0005_approvals.sql")),
     (6, include_str!("../migrations/shared/0006_agents.sql")),
     (7, include_str!("../migrations/shared/0007_retention.sql")),
+    (
+        8,
+        include_str!("../migrations/shared/0008_login_throttles.sql"),
+    ),
 ];
 const POSTGRES_MIGRATIONS: &[(i64, &str)] = &[
     (1, include_str!("../migrations/postgres/0001_init.sql")),
@@ -158,6 +162,10 @@ const POSTGRES_MIGRATIONS: &[(i64, &str)] = &[
     (5, include_str!("../migrations/shared/0005_approvals.sql")),
     (6, include_str!("../migrations/shared/0006_agents.sql")),
     (7, include_str!("../migrations/shared/0007_retention.sql")),
+    (
+        8,
+        include_str!("../migrations/shared/0008_login_throttles.sql"),
+    ),
 ];
 
 /// The grants of the runtime role in the two-role PostgreSQL setup (AUD-3),
@@ -174,7 +182,7 @@ pub fn postgres_runtime_grants(role: &str) -> Option<String> {
 }
 
 /// The newest schema version this build knows.
-pub const SCHEMA_VERSION: i64 = 7;
+pub const SCHEMA_VERSION: i64 = 8;
 
 /// What [`Store::inspect`] found, without writing anything.
 #[derive(Debug, Clone, PartialEq, Eq)]

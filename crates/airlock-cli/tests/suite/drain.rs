@@ -405,3 +405,68 @@ fn dur_2_crash_matrix_after_claim_and_after_sandbox_start() {
         "{text}"
     );
 }
+
+/// DUR-2 crash matrix, the publication point: SIGKILL after the first of a
+/// run's two artifacts is recorded (`AIRLOCK_TEST_CRASH_AT=during_publication`,
+/// a debug-build hook), then a restart. The workload has had its effects:
+/// a non-idempotent run becomes `unknown` and is not started again; an
+/// idempotent one is requeued once, and its second attempt publishes both
+/// artifacts (the first attempt's row of the same name replaced), which
+/// download byte for byte. Control: the same worker without a crash
+/// publishes both at the first attempt.
+#[test]
+fn dur_2_crash_matrix_during_output_publication() {
+    let env = Env::new(Who::Invoker);
+    let script = "seq 1 500 > /airlock/output/a.txt\nseq 501 900 > /airlock/output/b.txt\necho '{}' > /airlock/output/result.json\n";
+    worker(&env, "publish", "", script);
+    worker(&env, "publish-idem", "idempotent = true", script);
+    let a: String = (1..=500).map(|i| format!("{i}\n")).collect();
+    let b: String = (501..=900).map(|i| format!("{i}\n")).collect();
+    let artifacts_ok = |s: &Server, id: &str| {
+        for (name, want) in [("a.txt", &a), ("b.txt", &b)] {
+            let (c, body) =
+                crate::suite::ops::download(s, &format!("/v1/runs/{id}/artifacts/{name}"));
+            assert_eq!(c, "200", "{id} {name}");
+            assert!(body == want.as_bytes(), "{id} {name} byte for byte");
+        }
+    };
+
+    // Control: no crash, both artifacts at the first attempt.
+    let s = Server::start(&env, &[]);
+    let ok = create(&s, "publish");
+    assert_eq!(s.wait_state(&ok, TERMINAL), "succeeded");
+    artifacts_ok(&s, &ok);
+    drop(s);
+
+    // Non-idempotent: killed mid-publication → unknown, never re-run.
+    let mut s = Server::start(&env, &[("AIRLOCK_TEST_CRASH_AT", "during_publication")]);
+    let p = create(&s, "publish");
+    assert!(s.wait_exit(Duration::from_secs(60)), "no crash");
+    drop(s);
+    let r = local_run(&env, &p);
+    assert_eq!(r["state"], "running", "killed before the run finished: {r}");
+    let s = Server::start(&env, &[]);
+    assert_eq!(s.wait_state(&p, TERMINAL), "unknown");
+    assert_eq!(starts(&s, &p), 1, "never re-run on its own");
+    let all = audit(&s);
+    let reaped = events_of(&all, "run.reaped", &p);
+    assert_eq!(reaped.len(), 1, "{all:?}");
+    assert_eq!(reaped[0]["metadata"]["workload_started"], true);
+    drop(s);
+
+    // Idempotent: requeued once; the second attempt publishes everything.
+    let mut s = Server::start(&env, &[("AIRLOCK_TEST_CRASH_AT", "during_publication")]);
+    let q = create(&s, "publish-idem");
+    assert!(s.wait_exit(Duration::from_secs(60)), "no crash");
+    drop(s);
+    let s = Server::start(&env, &[]);
+    assert_eq!(s.wait_state(&q, TERMINAL), "succeeded");
+    assert_eq!(run_of(&s, &q)["attempt"], 2, "requeued once");
+    assert_eq!(starts(&s, &q), 2);
+    artifacts_ok(&s, &q);
+    assert_eq!(
+        s.wait_state(&p, TERMINAL),
+        "unknown",
+        "still waiting for a person"
+    );
+}

@@ -6,6 +6,7 @@
 use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
 use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
@@ -361,3 +362,112 @@ fn api_7_metrics_listener_is_separate_from_the_api(who: Who) {
     assert!(out.contains("airlock_rate_limited_total"), "{out}");
 }
 both_users!(api_7_metrics_listener_is_separate_from_the_api);
+
+/// The `Retry-After` seconds of a raw 429 answer.
+fn retry_after(raw: &str) -> Option<u64> {
+    raw.lines()
+        .find_map(|l| {
+            l.to_ascii_lowercase()
+                .strip_prefix("retry-after: ")
+                .map(str::to_string)
+        })
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// IAM-2 across nodes (OPS-2): two `airlock up` on one PostgreSQL database.
+/// Failed logins through node A until the account's wait is 16 s; then the
+/// right password through node B, which has seen no failure itself, is
+/// throttled too (the state is the database's). Positive control: another
+/// account name on B is not throttled (a plain 401), and once the wait is
+/// over the right password works on B. Also: an upload link signed on A
+/// is honoured on B, which shares the key directory.
+fn iam_2_login_throttle_reached_on_one_node_holds_on_another(who: Who) {
+    let Some(db) = crate::suite::runs::PgDb::new() else {
+        return;
+    };
+    let env = Env::new(who);
+    env.sh_worker("hello", "", "echo hi\n");
+    let url = db.url();
+    let a = Server::start(&env, &[("AIRLOCK_DATABASE_URL", &url)]);
+    let b = Server::start(&env, &[("AIRLOCK_DATABASE_URL", &url)]);
+    // The nodes share the key directory (docs/operations.md): an upload
+    // link signed by node A (download.key) is honoured by node B; the same
+    // link with its signature changed is refused there (control).
+    let doc = r#"{"shared": [1, 2, 3]}"#;
+    let (c, v) = a.json("POST", "/v1/uploads?name=doc.json", Some(doc), &[]);
+    assert_eq!(c, 201, "{v}");
+    let link = v["download_url"].as_str().unwrap().to_string();
+    let (c, body) = crate::suite::ops::download(&b, &link);
+    assert_eq!(c, "200", "a link made on A works on B");
+    assert!(body == doc.as_bytes(), "the upload's bytes");
+    let last = link.chars().last().unwrap();
+    let forged = format!(
+        "{}{}",
+        &link[..link.len() - 1],
+        if last == '0' { '1' } else { '0' }
+    );
+    let (c, _) = crate::suite::ops::download(&b, &forged);
+    assert_eq!(c, "403", "a changed signature is refused on B");
+
+    let attempt = |s: &Server, user: &str, password: &str| {
+        s.raw(
+            "POST",
+            "/v1/session",
+            Some(&format!(
+                r#"{{"username": "{user}", "password": "{password}"}}"#
+            )),
+            &[("authorization", "none")],
+        )
+    };
+    // 5 free failures, then waits of 1, 2, 4, 8 s: the 10th failure leaves
+    // a 16 s wait. A throttled attempt does not count; wait it out.
+    let mut failures = 0;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while failures < 10 {
+        assert!(Instant::now() < deadline, "10 failures within 2 minutes");
+        let (c, raw) = attempt(&a, "owner", "wrong password, wrong");
+        match c {
+            401 => failures += 1,
+            429 => std::thread::sleep(Duration::from_secs(retry_after(&raw).unwrap_or(1))),
+            other => panic!("unexpected {other}: {raw}"),
+        }
+    }
+    let (c, raw) = attempt(&a, "owner", OWNER_PASSWORD);
+    assert_eq!(c, 429, "throttled on the node that saw the failures: {raw}");
+    // Node B has answered no login yet (its own per-address buckets are
+    // empty): its 429 comes from the shared state.
+    let (c, raw) = attempt(&b, "owner", OWNER_PASSWORD);
+    assert_eq!(
+        c, 429,
+        "the right password through node B is throttled: {raw}"
+    );
+    assert!(retry_after(&raw).unwrap_or(0) >= 1, "{raw}");
+    // Positive control: another account is not throttled on B.
+    let (c, raw) = attempt(&b, "someone-else", "wrong password, wrong");
+    assert_eq!(c, 401, "another account is not throttled: {raw}");
+    // And the wait ends: never a permanent lock-out.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (c, raw) = attempt(&b, "owner", OWNER_PASSWORD);
+        if c == 201 {
+            break;
+        }
+        assert_eq!(c, 429, "{raw}");
+        assert!(Instant::now() < deadline, "the wait ends: {raw}");
+        std::thread::sleep(Duration::from_secs(retry_after(&raw).unwrap_or(1)));
+    }
+    // Both nodes audited into the one chain.
+    drop((a, b));
+    let out = env
+        .cmd()
+        .env("AIRLOCK_DATABASE_URL", &url)
+        .args(["audit", "verify"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
+both_users!(iam_2_login_throttle_reached_on_one_node_holds_on_another);

@@ -10,6 +10,7 @@ mod gc;
 mod iam;
 mod json;
 mod mcp;
+mod ops;
 mod roles;
 mod runs;
 mod sandbox_attacks;

@@ -52,9 +52,13 @@ pub(crate) const WORK_DIR: &str = "/airlock/work";
 /// The crash matrix's hook: when `AIRLOCK_TEST_CRASH_AT` names this point,
 /// the process sends itself SIGKILL here — no destructor, flush or
 /// shutdown runs, as in a power cut. The tests set it for one process of a
-/// server and restart without it; nothing else sets it.
+/// server and restart without it; nothing else sets it. Debug builds only:
+/// in a release build (`debug_assertions` off) this is a no-op and the
+/// variable is never read.
 pub(crate) fn crash_point(name: &str) {
-    if std::env::var_os("AIRLOCK_TEST_CRASH_AT").is_some_and(|v| v == name) {
+    if cfg!(debug_assertions)
+        && std::env::var_os("AIRLOCK_TEST_CRASH_AT").is_some_and(|v| v == name)
+    {
         let _ = nix::sys::signal::kill(nix::unistd::Pid::this(), nix::sys::signal::Signal::SIGKILL);
     }
 }

@@ -165,6 +165,9 @@ impl Service {
                     format!("artifact {} could not be recorded: {e}", a.name),
                 );
             }
+            // The crash matrix (DUR-2): killed with part of the outputs
+            // published.
+            crate::agent::crash_point("during_publication");
             let _ = self
                 .store
                 .append_event(

@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use airlock_iam::{keys, password};
 use airlock_protocol::identity::{Bootstrap, Bootstrapped};
 use airlock_protocol::{Error, ErrorCode};
+use airlock_store::ThrottleKind;
 use airlock_store::{AuditRecord, BootstrapState, DEFAULT_WORKSPACE};
 use serde_json::json;
 
@@ -60,7 +61,10 @@ impl Service {
     /// IAM-1: creates the first owner with the one-time capability, once.
     pub async fn bootstrap(&self, client: &ClientInfo, b: &Bootstrap) -> Result<Bootstrapped> {
         let now = self.now();
-        if let Err(retry) = self.throttles.clients.check(&client.throttle_key(), now) {
+        if let Some(retry) = self
+            .throttle_wait(&[(ThrottleKind::Client, &client.throttle_key())], now)
+            .await?
+        {
             return Err(throttled(retry));
         }
         let username =
@@ -84,7 +88,8 @@ impl Service {
             .await
             .svc()?;
         let Some(user) = claimed else {
-            self.throttles.clients.failure(&client.throttle_key(), now);
+            self.throttle_failure(ThrottleKind::Client, &client.throttle_key(), now)
+                .await?;
             self.audit_system(
                 AuditRecord::system("bootstrap.refused", None)
                     .with_metadata(json!({"client_ip": client.ip})),

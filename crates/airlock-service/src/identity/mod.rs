@@ -11,6 +11,7 @@ mod members;
 mod mfa;
 mod reset;
 mod sessions;
+mod throttle;
 
 use airlock_iam::password;
 use airlock_protocol::identity::{Membership, Session, User};

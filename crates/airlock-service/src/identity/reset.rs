@@ -8,6 +8,7 @@ use airlock_iam::{keys, password};
 use airlock_protocol::identity::PasswordReset;
 use airlock_protocol::{Error, ErrorCode};
 use airlock_store::AuditRecord;
+use airlock_store::ThrottleKind;
 use serde_json::json;
 
 use super::{hash_password, human, new_password, throttled};
@@ -72,7 +73,10 @@ impl Service {
     /// TOTP, ends every session and revokes every key of that user.
     pub async fn password_reset(&self, client: &ClientInfo, b: &PasswordReset) -> Result<()> {
         let now = self.now();
-        if let Err(retry) = self.throttles.clients.check(&client.throttle_key(), now) {
+        if let Some(retry) = self
+            .throttle_wait(&[(ThrottleKind::Client, &client.throttle_key())], now)
+            .await?
+        {
             return Err(throttled(retry));
         }
         new_password(&b.new_password)?;
@@ -83,7 +87,8 @@ impl Service {
             .await
             .svc()?
         else {
-            self.throttles.clients.failure(&client.throttle_key(), now);
+            self.throttle_failure(ThrottleKind::Client, &client.throttle_key(), now)
+                .await?;
             self.audit_system(
                 AuditRecord::system("password.reset_refused", None)
                     .with_metadata(json!({"client_ip": client.ip})),

@@ -8,6 +8,7 @@ use airlock_protocol::identity::{
 };
 use airlock_protocol::{Error, ErrorCode};
 use airlock_store::AuditRecord;
+use airlock_store::ThrottleKind;
 use serde_json::json;
 
 use super::{
@@ -115,13 +116,15 @@ impl Service {
         let name = password::normalize_username(&b.username).ok();
         let account_key = format!("acct:{}", name.as_deref().unwrap_or(&b.username));
         let client_key = client.throttle_key();
-        let retry = [
-            self.throttles.accounts.check(&account_key, now),
-            self.throttles.clients.check(&client_key, now),
-        ]
-        .into_iter()
-        .filter_map(Result::err)
-        .max();
+        let retry = self
+            .throttle_wait(
+                &[
+                    (ThrottleKind::Account, &account_key),
+                    (ThrottleKind::Client, &client_key),
+                ],
+                now,
+            )
+            .await?;
         if let Some(retry) = retry {
             self.audit_system(
                 AuditRecord::system("login.throttled", None)
@@ -142,8 +145,10 @@ impl Service {
         let user = match user {
             Some(u) if ok && !u.disabled => u,
             _ => {
-                self.throttles.accounts.failure(&account_key, now);
-                self.throttles.clients.failure(&client_key, now);
+                self.throttle_failure(ThrottleKind::Account, &account_key, now)
+                    .await?;
+                self.throttle_failure(ThrottleKind::Client, &client_key, now)
+                    .await?;
                 self.audit_system(
                     AuditRecord::system("login.failed", None)
                         .with_metadata(json!({"username": name, "client_ip": client.ip})),
@@ -152,7 +157,8 @@ impl Service {
                 return Err(login_failed());
             }
         };
-        self.throttles.accounts.success(&account_key);
+        self.throttle_success(ThrottleKind::Account, &account_key)
+            .await?;
         let mfa = self.mfa_enabled(&user.id).await?;
         self.audit_system(
             AuditRecord::system(
@@ -201,7 +207,10 @@ impl Service {
         }
         let now = self.now();
         let key = format!("mfa:{}", p.user.id);
-        if let Err(retry) = self.throttles.accounts.check(&key, now) {
+        if let Some(retry) = self
+            .throttle_wait(&[(ThrottleKind::Account, &key)], now)
+            .await?
+        {
             return Err(throttled(retry));
         }
         let ok = match (&b.code, &b.recovery_code) {
@@ -216,14 +225,15 @@ impl Service {
             _ => return Err(invalid("give exactly one of code, recovery_code")),
         };
         if !ok {
-            self.throttles.accounts.failure(&key, now);
+            self.throttle_failure(ThrottleKind::Account, &key, now)
+                .await?;
             self.audit_system(
                 AuditRecord::system("login.mfa_failed", None).with_actor(human(&p.user.id)),
             )
             .await?;
             return Err(login_failed());
         }
-        self.throttles.accounts.success(&key);
+        self.throttle_success(ThrottleKind::Account, &key).await?;
         self.audit_system(
             AuditRecord::system("login.succeeded", None)
                 .with_actor(human(&p.user.id))

@@ -124,5 +124,6 @@ mod runs;
 mod schedules;
 mod secrets;
 mod store;
+mod throttles;
 mod uploads;
 mod webhooks;
