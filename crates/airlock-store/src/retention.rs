@@ -95,6 +95,49 @@ const EXPIRED_FIRES: &str = "FROM schedule_fires f WHERE f.workspace_id = $1 AND
      AND f.fire_at < (SELECT MAX(g.fire_at) FROM schedule_fires g WHERE g.workspace_id = f.workspace_id \
      AND g.worker_id = f.worker_id AND g.trigger_index = f.trigger_index)";
 
+/// What a setting other than `runs_days` removes: rows of `table` matching
+/// `rows` ($1 workspace, $2 the setting's cutoff), counted in `field`.
+struct Part {
+    days: Option<i64>,
+    table: &'static str,
+    rows: String,
+    field: fn(&mut RetentionRemoved) -> &mut u64,
+}
+
+fn parts(s: &RetentionSettings) -> [Part; 4] {
+    [
+        Part {
+            days: s.logs_days,
+            table: "run_events",
+            rows: format!("kind = 'log' AND run_id IN ({})", ended_before()),
+            field: |r| &mut r.log_events,
+        },
+        Part {
+            days: s.artifacts_days,
+            table: "artifacts",
+            rows: format!("run_id IN ({})", ended_before()),
+            field: |r| &mut r.artifacts,
+        },
+        Part {
+            days: s.uploads_days,
+            table: "uploads",
+            rows: format!("id IN (SELECT u.id {EXPIRED_UPLOADS})"),
+            field: |r| &mut r.uploads,
+        },
+        // The newest fire of each schedule is read before anything goes,
+        // so removing older ones cannot make another the newest.
+        Part {
+            days: s.fires_days,
+            table: "schedule_fires",
+            rows: format!(
+                "(workspace_id, worker_id, trigger_index, fire_at) IN \
+                 (SELECT f.workspace_id, f.worker_id, f.trigger_index, f.fire_at {EXPIRED_FIRES})"
+            ),
+            field: |r| &mut r.fires,
+        },
+    ]
+}
+
 /// Tables holding rows derived from a run, by `run_id`; the run goes last.
 const RUN_CHILDREN: &[&str] = &[
     "run_events",
@@ -193,32 +236,11 @@ impl Store {
             let at = cutoff(now, d);
             out.runs = count(format!("SELECT COUNT(*) FROM ({}) x", ended_before()), at).await?;
         }
-        if let Some(d) = s.logs_days {
-            out.log_events = count(
-                format!(
-                    "SELECT COUNT(*) FROM run_events WHERE kind = 'log' AND run_id IN ({})",
-                    ended_before()
-                ),
-                cutoff(now, d),
-            )
-            .await?;
-        }
-        if let Some(d) = s.artifacts_days {
-            out.artifacts = count(
-                format!(
-                    "SELECT COUNT(*) FROM artifacts WHERE run_id IN ({})",
-                    ended_before()
-                ),
-                cutoff(now, d),
-            )
-            .await?;
-        }
-        if let Some(d) = s.uploads_days {
-            out.uploads =
-                count(format!("SELECT COUNT(*) {EXPIRED_UPLOADS}"), cutoff(now, d)).await?;
-        }
-        if let Some(d) = s.fires_days {
-            out.fires = count(format!("SELECT COUNT(*) {EXPIRED_FIRES}"), cutoff(now, d)).await?;
+        for part in parts(&s) {
+            if let Some(d) = part.days {
+                let sql = format!("SELECT COUNT(*) FROM {} WHERE {}", part.table, part.rows);
+                *(part.field)(&mut out) = count(sql, cutoff(now, d)).await?;
+            }
         }
         Ok(out)
     }
@@ -270,50 +292,16 @@ impl Store {
             }
         }
         let mut tx = self.pool.begin().await?;
-        if let Some(d) = s.logs_days {
-            out.log_events = sqlx::query(&format!(
-                "DELETE FROM run_events WHERE kind = 'log' AND run_id IN ({})",
-                ended_before()
-            ))
-            .bind(workspace)
-            .bind(cutoff(now, d))
-            .execute(&mut *tx)
-            .await?
-            .rows_affected();
-        }
-        if let Some(d) = s.artifacts_days {
-            out.artifacts = sqlx::query(&format!(
-                "DELETE FROM artifacts WHERE run_id IN ({})",
-                ended_before()
-            ))
-            .bind(workspace)
-            .bind(cutoff(now, d))
-            .execute(&mut *tx)
-            .await?
-            .rows_affected();
-        }
-        if let Some(d) = s.uploads_days {
-            out.uploads = sqlx::query(&format!(
-                "DELETE FROM uploads WHERE id IN (SELECT u.id {EXPIRED_UPLOADS})"
-            ))
-            .bind(workspace)
-            .bind(cutoff(now, d))
-            .execute(&mut *tx)
-            .await?
-            .rows_affected();
-        }
-        if let Some(d) = s.fires_days {
-            // The newest fire of each schedule is read before anything
-            // goes, so removing older ones cannot make another the newest.
-            out.fires = sqlx::query(&format!(
-                "DELETE FROM schedule_fires WHERE (workspace_id, worker_id, trigger_index, fire_at) IN \
-                 (SELECT f.workspace_id, f.worker_id, f.trigger_index, f.fire_at {EXPIRED_FIRES})"
-            ))
-            .bind(workspace)
-            .bind(cutoff(now, d))
-            .execute(&mut *tx)
-            .await?
-            .rows_affected();
+        for part in parts(&s) {
+            if let Some(d) = part.days {
+                let sql = format!("DELETE FROM {} WHERE {}", part.table, part.rows);
+                *(part.field)(&mut out) = sqlx::query(&sql)
+                    .bind(workspace)
+                    .bind(cutoff(now, d))
+                    .execute(&mut *tx)
+                    .await?
+                    .rows_affected();
+            }
         }
         let rest = RetentionRemoved { runs: 0, ..out };
         if rest.total() > 0 {
