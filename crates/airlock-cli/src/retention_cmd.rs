@@ -90,23 +90,29 @@ fn applied(a: &RetentionApplied) {
     }
 }
 
-fn json_out<T: serde::Serialize>(v: &T) {
-    println!("{}", serde_json::to_value(v).unwrap_or_default());
+/// Prints an answer as one JSON document or as text; an error as the CLI
+/// does everywhere.
+fn answer<T: serde::Serialize>(
+    r: Result<T, airlock_protocol::Error>,
+    json: bool,
+    text: impl FnOnce(&T),
+) -> ExitCode {
+    match r {
+        Ok(v) if json => {
+            println!("{}", serde_json::to_value(&v).unwrap_or_default());
+            ExitCode::SUCCESS
+        }
+        Ok(v) => {
+            text(&v);
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail(&e),
+    }
 }
 
 pub fn retention(paths: &Paths, cmd: &RetentionCommand) -> ExitCode {
     with_door(paths, async |door| match cmd {
-        RetentionCommand::Show { json } => match door.get_retention().await {
-            Ok(r) if *json => {
-                json_out(&r);
-                ExitCode::SUCCESS
-            }
-            Ok(r) => {
-                show(&r);
-                ExitCode::SUCCESS
-            }
-            Err(e) => fail(&e),
-        },
+        RetentionCommand::Show { json } => answer(door.get_retention().await, *json, show),
         RetentionCommand::Set {
             runs_days,
             logs_days,
@@ -122,46 +128,20 @@ pub fn retention(paths: &Paths, cmd: &RetentionCommand) -> ExitCode {
                 uploads_days: *uploads_days,
                 fires_days: *fires_days,
             };
-            match door.set_retention(&want).await {
-                Ok(r) if *json => {
-                    json_out(&r);
-                    ExitCode::SUCCESS
-                }
-                Ok(r) => {
-                    show(&r);
-                    ExitCode::SUCCESS
-                }
-                Err(e) => fail(&e),
-            }
+            answer(door.set_retention(&want).await, *json, show)
         }
         RetentionCommand::DeleteWorkspace { id, confirm, json } => {
-            match door.delete_workspace(id, confirm).await {
-                Ok(d) if *json => {
-                    json_out(&d);
-                    ExitCode::SUCCESS
-                }
-                Ok(d) => {
-                    let rows: u64 = d.removed.values().sum();
-                    println!(
-                        "deleted workspace {} ({rows} rows); its audit chain stays",
-                        d.id
-                    );
-                    println!("blobs no record names any more are freed by `airlock gc --apply`");
-                    ExitCode::SUCCESS
-                }
-                Err(e) => fail(&e),
-            }
+            answer(door.delete_workspace(id, confirm).await, *json, |d| {
+                let rows: u64 = d.removed.values().sum();
+                println!(
+                    "deleted workspace {} ({rows} rows); its audit chain stays",
+                    d.id
+                );
+                println!("blobs no record names any more are freed by `airlock gc --apply`");
+            })
         }
-        RetentionCommand::Apply { dry_run, json } => match door.apply_retention(*dry_run).await {
-            Ok(a) if *json => {
-                json_out(&a);
-                ExitCode::SUCCESS
-            }
-            Ok(a) => {
-                applied(&a);
-                ExitCode::SUCCESS
-            }
-            Err(e) => fail(&e),
-        },
+        RetentionCommand::Apply { dry_run, json } => {
+            answer(door.apply_retention(*dry_run).await, *json, applied)
+        }
     })
 }

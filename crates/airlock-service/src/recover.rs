@@ -72,6 +72,19 @@ fn writer_alive(name: &str) -> bool {
     Path::new(&format!("/proc/{pid}")).exists()
 }
 
+/// The names in `dir`, sorted; none when it cannot be read (not there).
+fn sorted_names(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .map(|d| {
+            d.flatten()
+                .filter_map(|e| e.file_name().into_string().ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
 impl Maintenance {
     /// Finds leftovers (see the module docs) and, unless `dry_run`, moves
     /// them to a new quarantine folder.
@@ -79,34 +92,20 @@ impl Maintenance {
         let store = Store::open(self.url()).await.svc()?;
         let data = self.data_dir().to_path_buf();
         let mut plan: Vec<(String, &'static str)> = Vec::new();
-        if let Ok(dir) = std::fs::read_dir(data.join("artifacts/tmp")) {
-            let mut names: Vec<String> = dir
-                .flatten()
-                .filter_map(|e| e.file_name().into_string().ok())
-                .collect();
-            names.sort();
-            for n in names {
-                if !writer_alive(&n) {
-                    plan.push((format!("artifacts/tmp/{n}"), "interrupted_publication"));
-                }
+        for n in sorted_names(&data.join("artifacts/tmp")) {
+            if !writer_alive(&n) {
+                plan.push((format!("artifacts/tmp/{n}"), "interrupted_publication"));
             }
         }
-        if let Ok(dir) = std::fs::read_dir(data.join("runs")) {
-            let mut names: Vec<String> = dir
-                .flatten()
-                .filter_map(|e| e.file_name().into_string().ok())
-                .collect();
-            names.sort();
-            for n in names {
-                let ended = match store.run_state_anywhere(&n).await.svc()? {
-                    None => Some("run_folder_without_run"),
-                    Some(s) => airlock_protocol::RunState::parse(&s)
-                        .filter(|s| s.is_terminal())
-                        .map(|_| "run_folder_of_ended_run"),
-                };
-                if let Some(reason) = ended {
-                    plan.push((format!("runs/{n}"), reason));
-                }
+        for n in sorted_names(&data.join("runs")) {
+            let ended = match store.run_state_anywhere(&n).await.svc()? {
+                None => Some("run_folder_without_run"),
+                Some(s) => airlock_protocol::RunState::parse(&s)
+                    .filter(|s| s.is_terminal())
+                    .map(|_| "run_folder_of_ended_run"),
+            };
+            if let Some(reason) = ended {
+                plan.push((format!("runs/{n}"), reason));
             }
         }
         if dry_run || plan.is_empty() {
