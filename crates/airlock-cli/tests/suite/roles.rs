@@ -338,7 +338,7 @@ fn ops_2_sse_on_a_web_node_follows_a_run_executed_by_a_worker_node(who: Who) {
     env.sh_worker(
         "hello",
         "",
-        "echo hello-from-worker\necho '{}' > /airlock/output/result.json\n",
+        "echo hello-from-worker\nprintf 'made by the worker' > /airlock/output/a.txt\necho '{}' > /airlock/output/result.json\n",
     );
     let url = db.url();
     let web = Server::start_with(&env, WEB, &[("AIRLOCK_DATABASE_URL", &url)]);
@@ -355,6 +355,12 @@ fn ops_2_sse_on_a_web_node_follows_a_run_executed_by_a_worker_node(who: Who) {
     assert!(ev.contains("hello-from-worker"), "{ev}");
     assert!(ev.contains("event: end"), "{ev}");
     assert_eq!(web.run_state(&id), "succeeded");
+    // The web node serves the artifact the worker published (one machine,
+    // one data directory; across machines the blob store is S3:
+    // `cli::blobs`).
+    let (code, body) = web.request("GET", &format!("/v1/runs/{id}/artifacts/a.txt"), None, &[]);
+    assert_eq!(code, 200, "{body}");
+    assert!(body.contains("made by the worker"), "{body}");
     assert!(worker.text().contains(r#""role":"worker""#));
 }
 
