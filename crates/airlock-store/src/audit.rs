@@ -74,11 +74,11 @@ impl Store {
         // backends differ only in the aggregate's spelling.
         let sql = match self.backend {
             Backend::Sqlite => {
-                "SELECT group_concat(seq || char(9) || hash || char(9) || length(CAST(line AS BLOB)) || char(9) || line, '' ORDER BY seq) \
+                "SELECT group_concat(seq || char(9) || hash || char(9) || length(CAST(line AS BLOB)) || char(9) || line, '') \
                  FROM (SELECT seq, hash, line FROM audit_events WHERE workspace_id = $1 AND seq > $2 ORDER BY seq LIMIT $3) page"
             }
             Backend::Postgres => {
-                "SELECT string_agg(seq::text || E'\\t' || hash || E'\\t' || octet_length(line)::text || E'\\t' || line, '' ORDER BY seq) \
+                "SELECT string_agg(seq::text || E'\\t' || hash || E'\\t' || octet_length(line)::text || E'\\t' || line, '') \
                  FROM (SELECT seq, hash, line FROM audit_events WHERE workspace_id = $1 AND seq > $2 ORDER BY seq LIMIT $3) page"
             }
         };
@@ -88,7 +88,11 @@ impl Store {
             .bind(limit)
             .fetch_one(&self.pool)
             .await?;
-        split_page(page.as_deref().unwrap_or(""))
+        // The aggregate's order is the database's choice: the rows are put
+        // back in sequence order here (already in order, in practice).
+        let mut rows = split_page(page.as_deref().unwrap_or(""))?;
+        rows.sort_by_key(|r| r.seq);
+        Ok(rows)
     }
 
     /// The last row of a workspace's chain: its `seq` and `hash` columns
