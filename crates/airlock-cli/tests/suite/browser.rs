@@ -568,6 +568,10 @@ impl Browser {
             vec![],
         );
         let mut out: Vec<(String, bool)> = Vec::new();
+        // A first Tab can land nowhere while the browser window is still
+        // taking focus (seen once under a loaded full run): before the first
+        // stop, nothing focused is retried a few times.
+        let mut misses = 0;
         for _ in 0..max {
             self.block(|c| async move {
                 let e = c.active_element().await?;
@@ -576,6 +580,11 @@ impl Browser {
             .unwrap_or_else(|e| panic!("Tab on {}: {e}", self.url()));
             let v = self.execute(DESCRIBE, vec![]);
             let Some(stop) = v.as_array() else {
+                if out.is_empty() && misses < 3 {
+                    misses += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(200));
+                    continue;
+                }
                 break;
             };
             let desc = stop[0].as_str().unwrap_or("").to_string();
