@@ -133,7 +133,7 @@ enum Command {
     Recover(maint_cmd::RecoverArgs),
     /// Write everything a workspace owns (rows, audit chain with
     /// checkpoints, blobs) into a new folder, with a manifest of SHA-256s.
-    /// Secret values, data keys and API key hashes are withheld.
+    /// Secret values, data keys, API key and plan token hashes are withheld.
     ExportWorkspace(maint_cmd::ExportArgs),
     /// Model profiles of the workspace: where an agent's model is and
     /// which credential channel carries its key.

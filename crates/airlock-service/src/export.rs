@@ -12,7 +12,7 @@
 //! <out>/manifest.json             every file above with its size and SHA-256
 //! ```
 //!
-//! Withheld: sealed secret values, wrapped data keys and API key hashes
+//! Withheld: sealed secret values, wrapped data keys, API key and plan token hashes
 //! (`airlock_store::EXPORT_WITHHELD`); secrets appear by name and version.
 //! The export is one audit event (`workspace.exported`), appended after the
 //! chain was written out.

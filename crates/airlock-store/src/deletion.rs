@@ -120,13 +120,14 @@ impl Store {
 }
 
 /// Columns a workspace export never contains: sealed secret values, wrapped
-/// data keys and API key hashes. (The export is for the workspace's people;
+/// data keys, API key and plan token hashes. (The export is for the workspace's people;
 /// none of these is of use without the deployment's keys, and each is
 /// material an attacker would want.)
 pub const EXPORT_WITHHELD: &[(&str, &str)] = &[
     ("data_keys", "wrapped"),
     ("secrets", "sealed"),
     ("api_keys", "token_hash"),
+    ("plans", "token_hash"),
 ];
 
 /// A workspace's row as an export shows it.

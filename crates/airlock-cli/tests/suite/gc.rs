@@ -398,15 +398,13 @@ fn dur_7_retention_removes_an_old_run_and_gc_frees_its_blobs() {
     assert_eq!(v["entries"].as_array().map(Vec::len), Some(0), "{v}");
 
     // Forty days pass for the older run.
-    let db = env.data.join("airlock.db");
-    let script = format!(
-        "import sqlite3,sys\nc=sqlite3.connect(sys.argv[1])\nc.execute(\"UPDATE runs SET finished_at = finished_at - 40*86400000 WHERE id = '{old}'\")\nc.commit()\n"
-    );
-    let st = Command::new("/usr/bin/python3")
-        .args(["-c", &script, db.to_str().unwrap()])
-        .status()
-        .unwrap();
-    assert!(st.success());
+    let age = |id: &str| {
+        sql(
+            &env,
+            &format!("UPDATE runs SET finished_at = finished_at - 40*86400000 WHERE id = '{id}'"),
+        )
+    };
+    age(&old);
 
     let (code, preview, text) = run(&env, &["retention", "apply", "--dry-run", "--json"]);
     assert_eq!(code, 0, "{text}");
@@ -426,12 +424,7 @@ fn dur_7_retention_removes_an_old_run_and_gc_frees_its_blobs() {
     let (_, v, _) = run(&env, &["gc", "--json"]);
     assert_eq!(v["entries"].as_array().map(Vec::len), Some(0), "{v}");
     // …until it ages too; then both runs' blobs are unreferenced.
-    let script = script.replace(&old, &young);
-    let st = Command::new("/usr/bin/python3")
-        .args(["-c", &script, db.to_str().unwrap()])
-        .status()
-        .unwrap();
-    assert!(st.success());
+    age(&young);
     let (code, v, text) = run(&env, &["retention", "apply", "--json"]);
     assert_eq!(
         (code, v["removed"]["runs"].as_u64()),

@@ -499,3 +499,54 @@ async fn dur_7_deleting_a_workspace_removes_everything_it_owns_and_nothing_else(
         .unwrap();
 }
 both!(dur_7_deleting_a_workspace_removes_everything_it_owns_and_nothing_else);
+
+/// DUR-7 export: every column of a workspace table whose name says it
+/// holds key material or a credential (`sealed`, `wrapped`, `token_hash`,
+/// `secret`, `password`, `key_hash`) is withheld from exports, read from the
+/// live schema, so a new such column cannot go out unnoticed. Controls: the
+/// withheld list names columns the schema has; written first, this check
+/// found `plans.token_hash` exported.
+async fn dur_7_export_withholds_every_credential_column(store: Store) {
+    let sqlite: Option<String> =
+        sqlx::query_scalar("SELECT name FROM sqlite_master WHERE type = 'table' LIMIT 1")
+            .fetch_optional(store.pool())
+            .await
+            .unwrap_or(None);
+    let mut seen = Vec::new();
+    for table in WORKSPACE_TABLES {
+        let cols: Vec<String> = if sqlite.is_some() {
+            sqlx::query_scalar(&format!("SELECT name FROM pragma_table_info('{table}')"))
+                .fetch_all(store.pool())
+                .await
+                .unwrap()
+        } else {
+            sqlx::query_scalar(
+                "SELECT column_name::text FROM information_schema.columns \
+                 WHERE table_schema = 'public' AND table_name = $1",
+            )
+            .bind(*table)
+            .fetch_all(store.pool())
+            .await
+            .unwrap()
+        };
+        for c in cols {
+            let risky = [
+                "sealed",
+                "wrapped",
+                "token_hash",
+                "secret",
+                "password",
+                "key_hash",
+            ]
+            .iter()
+            .any(|w| c.contains(w));
+            let withheld = EXPORT_WITHHELD.contains(&(*table, c.as_str()));
+            if withheld {
+                seen.push(format!("{table}.{c}"));
+            }
+            assert!(!risky || withheld, "{table}.{c} would be exported");
+        }
+    }
+    assert_eq!(seen.len(), EXPORT_WITHHELD.len(), "{seen:?}");
+}
+both!(dur_7_export_withholds_every_credential_column);
