@@ -7,7 +7,6 @@
 use airlock_api::AppState;
 use airlock_protocol::retention::{Retention, RetentionApplied};
 use airlock_protocol::{Error, ErrorCode};
-use airlock_service::Operation;
 use askama::Template;
 use axum::Router;
 use axum::extract::{Query, State};
@@ -32,7 +31,7 @@ const KINDS: [(&str, &str, &str); 5] = [
     (
         "runs_days",
         "Runs",
-        "Runs that ended this many days ago, with their logs, artifact records, transcript, actions and approvals. Runs in `unknown` are kept until a person settles them.",
+        "Runs that ended this many days ago, with their logs, artifact records, transcript, actions and approvals. Runs whose outcome is unknown are kept until a person settles them.",
     ),
     (
         "logs_days",
@@ -42,7 +41,7 @@ const KINDS: [(&str, &str, &str); 5] = [
     (
         "artifacts_days",
         "Artifact records",
-        "The artifact records of runs that ended this many days ago; their bytes are freed by `airlock gc`.",
+        "The artifact records of runs that ended this many days ago; their bytes are freed by the operator's garbage collection (airlock gc).",
     ),
     (
         "uploads_days",
@@ -143,7 +142,7 @@ async fn settings_page(
         chrome,
         kinds,
         counts: None,
-        may_delete: v.caller.may(Operation::DeleteWorkspace),
+        may_delete: s.service.may_delete_workspace(&v.caller),
         error,
         delete_error: String::new(),
     })

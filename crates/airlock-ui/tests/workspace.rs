@@ -68,6 +68,9 @@ async fn dur_7_retention_is_set_previewed_and_applied_from_the_workspace_page() 
         "{}",
         r.text
     );
+    // The workers folder's workspace cannot be deleted: no form is offered
+    // (another workspace of the same owner has one, in the test below).
+    assert!(!r.text.contains("/settings/delete"), "{}", r.text);
 
     // Saved: a field left empty keeps for ever.
     let r = form(
