@@ -139,11 +139,7 @@ impl Store {
         }
         let mut removed = BTreeMap::new();
         for table in CUT_TABLES {
-            let n = sqlx::query(&format!("DELETE FROM {table} WHERE workspace_id = $1"))
-                .bind(workspace)
-                .execute(&mut *tx)
-                .await?
-                .rows_affected();
+            let n = delete_owned(&mut tx, table, workspace).await?;
             removed.insert((*table).to_string(), n);
         }
         self.audit_in(&mut tx, workspace, audit(&removed)).await?;
@@ -249,11 +245,7 @@ impl Store {
             return Ok(removed);
         }
         for table in WORKSPACE_TABLES {
-            let n = sqlx::query(&format!("DELETE FROM {table} WHERE workspace_id = $1"))
-                .bind(workspace)
-                .execute(&mut *tx)
-                .await?
-                .rows_affected();
+            let n = delete_owned(&mut tx, table, workspace).await?;
             add(table, n);
         }
         let n = sqlx::query("DELETE FROM quota_usage WHERE subject = $1")
@@ -267,6 +259,22 @@ impl Store {
         tx.commit().await?;
         Ok(counts)
     }
+}
+
+/// Removes every row of `table` (one of [`WORKSPACE_TABLES`]) that
+/// `workspace` owns, in `tx`; answers how many.
+async fn delete_owned(
+    tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+    table: &str,
+    workspace: &str,
+) -> Result<u64> {
+    Ok(
+        sqlx::query(&format!("DELETE FROM {table} WHERE workspace_id = $1"))
+            .bind(workspace)
+            .execute(&mut **tx)
+            .await?
+            .rows_affected(),
+    )
 }
 
 /// Rows of a workspace-indexed table removed per purge step.
