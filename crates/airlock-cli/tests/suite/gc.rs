@@ -116,7 +116,7 @@ fn apply(env: &Env) -> (PathBuf, Value) {
     (PathBuf::from(v["manifest"].as_str().unwrap()), v)
 }
 
-fn edit_manifest(path: &Path, f: impl FnOnce(&mut Value)) {
+pub(crate) fn edit_manifest(path: &Path, f: impl FnOnce(&mut Value)) {
     let mut m: Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
     f(&mut m);
     std::fs::write(path, serde_json::to_vec_pretty(&m).unwrap()).unwrap();
@@ -459,7 +459,7 @@ fn dur_7_retention_removes_an_old_run_and_gc_frees_its_blobs() {
 
 /// Runs `sql` on the env's SQLite database (test set-up: what a crash would
 /// have left).
-fn sql(env: &Env, sql: &str) {
+pub(crate) fn sql(env: &Env, sql: &str) {
     let script = format!(
         "import sqlite3,sys\nc=sqlite3.connect(sys.argv[1])\nc.executescript(\"\"\"{sql}\"\"\")\nc.commit()\n"
     );
@@ -596,7 +596,7 @@ fn dur_6_recover_settles_dead_runs_and_quarantines_leftovers_only() {
 }
 
 /// Reads one value with SQL from the env's SQLite database.
-fn sql_value(env: &Env, query: &str) -> String {
+pub(crate) fn sql_value(env: &Env, query: &str) -> String {
     let script = format!(
         "import sqlite3,sys\nc=sqlite3.connect(sys.argv[1])\nprint(c.execute(\"{query}\").fetchone()[0])\n"
     );
