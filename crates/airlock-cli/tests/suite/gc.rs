@@ -595,6 +595,60 @@ fn dur_6_recover_settles_dead_runs_and_quarantines_leftovers_only() {
     assert_eq!((code, found.len()), (0, 0), "{text}");
 }
 
+/// DUR-6 `airlock recover` rehashes every local blob: one whose bytes no
+/// longer hash to its name (one byte changed, same size) is moved to the
+/// quarantine (`corrupted_blob`, in the manifest with its reason, one audit
+/// event), never deleted; a dry run only lists it. Control: the intact blob
+/// of the same run stays where it is. Afterwards `validate` reports the
+/// lost bytes as a missing blob, which they are.
+#[test]
+fn dur_6_recover_quarantines_a_corrupted_blob_and_leaves_intact_ones() {
+    let env = env_with_run();
+    let blobs: Vec<PathBuf> = snapshot(&env.data.join("artifacts/sha256"))
+        .into_iter()
+        .filter(|(_, (_, _, h))| h != "dir")
+        .map(|(p, _)| p)
+        .collect();
+    assert!(blobs.len() >= 2);
+    let mut bytes = std::fs::read(&blobs[0]).unwrap();
+    bytes[0] ^= 1;
+    std::fs::write(&blobs[0], &bytes).unwrap();
+    let rel = blobs[0]
+        .strip_prefix(&env.data)
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
+
+    let (code, v, text) = run(&env, &["recover", "--dry-run", "--json"]);
+    assert_eq!(code, 0, "{text}");
+    let entries = v["files"]["entries"].as_array().unwrap().clone();
+    assert_eq!(entries.len(), 1, "{v}");
+    assert_eq!(
+        (entries[0]["path"].as_str(), entries[0]["reason"].as_str()),
+        (Some(rel.as_str()), Some("corrupted_blob")),
+        "{v}"
+    );
+    assert!(blobs[0].exists(), "a dry run moved it");
+
+    let (code, v, text) = run(&env, &["recover", "--json"]);
+    assert_eq!(code, 0, "{text}");
+    assert_eq!(v["files"]["entries"][0]["state"], "moved", "{v}");
+    let manifest = PathBuf::from(v["files"]["manifest"].as_str().unwrap());
+    assert!(manifest.starts_with(env.data.join("quarantine")));
+    let kept = manifest.parent().unwrap().join("files").join(&rel);
+    assert_eq!(std::fs::read(&kept).unwrap(), bytes, "kept, not deleted");
+    assert!(!blobs[0].exists());
+    let m: Value = serde_json::from_slice(&std::fs::read(&manifest).unwrap()).unwrap();
+    assert_eq!(m["entries"][0]["reason"], "corrupted_blob", "{m}");
+    for b in &blobs[1..] {
+        assert!(b.exists(), "control: intact {} stays", b.display());
+    }
+    let (_, _, export) = run(&env, &["audit", "export"]);
+    assert!(export.contains("\"recover.quarantined\""), "{export}");
+    let (code, found, text) = validate(&env, "standard");
+    assert_eq!((code, kinds(&found)), (1, vec!["missing_blob"]), "{text}");
+}
+
 /// Reads one value with SQL from the env's SQLite database.
 pub(crate) fn sql_value(env: &Env, query: &str) -> String {
     let script = format!(
