@@ -13,6 +13,14 @@
 //!   asked for. A damaged object is an error and nothing is kept: a reader
 //!   is never served wrong bytes as complete (digests checked on read).
 //!
+//! With a bucket the local store is a cache bounded by
+//! [`BlobStore::with_cache_max`] ([`BlobStore::evict`]: least recently used
+//! first, only blobs known to be in the bucket). Requests to the bucket
+//! have bounded timeouts and retries; a failure reaching it is
+//! [`BlobError::Remote`], which callers turn into `blob_store_unavailable`
+//! ([`BlobError::to_error`]). `airlock gc` moves the bucket's orphans to
+//! `<prefix>/trash/<gc id>/` and back through the `gc` primitives below.
+//!
 //! Credentials come from the standard `AWS_*` environment variables
 //! (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`,
 //! `AWS_REGION`/`AWS_DEFAULT_REGION`, `AWS_ENDPOINT`, `AWS_ALLOW_HTTP`, or an

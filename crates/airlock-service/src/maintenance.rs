@@ -26,6 +26,15 @@
 //!   configured clock. Apply, resume, restore and purge are each one audit
 //!   event (`gc.applied`, `gc.restored`, `gc.purged`).
 //!
+//! With an S3 blob store the same steps work on the bucket: candidates are
+//! the bucket's blobs no row names, last written longer ago than the grace
+//! ([`DEFAULT_GC_GRACE`]: a publication writes its blob before its row);
+//! the manifest stays local and names the bucket, its entries are bucket
+//! keys; a move copies the object to `<prefix>/trash/<id>/…`, checks the
+//! copy's size, deletes the original and this node's cached copy; restore
+//! is a conditional copy back, rehashed; purge deletes the bucket's trash
+//! area (see [`crate::blobs`]).
+//!
 //! What is collected: orphan blobs — among them those whose last row a
 //! retention pass or a workspace deletion removed (`crate::retention`: rows
 //! go there, bytes here). A blob some row names is never a candidate, and gc asks the
@@ -87,7 +96,8 @@ pub enum Severity {
 pub struct Finding {
     /// Stable: `database_unreachable`, `database_integrity`, `schema_version`,
     /// `key_directory`, `key_file`, `audit_chain`, `missing_blob`,
-    /// `size_mismatch`, `orphan_blob`, `stray_entry`, `digest_mismatch`.
+    /// `size_mismatch`, `orphan_blob`, `stray_entry`, `digest_mismatch`,
+    /// `blob_store_unreachable`.
     pub kind: String,
     /// What it is about (a path, `run_id/name`, an upload id, a workspace).
     pub object: String,
