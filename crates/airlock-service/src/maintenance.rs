@@ -35,7 +35,10 @@
 //! is a conditional copy back, rehashed; purge deletes the bucket's trash
 //! area (see [`crate::blobs`]).
 //!
-//! What is collected: orphan blobs — among them those whose last row a
+//! What is collected: orphan blobs last written longer ago than the grace
+//! ([`DEFAULT_GC_GRACE`], `--grace-secs`: a publication writes its blob
+//! before the row that names it, so a young orphan may be one under way) —
+//! among them those whose last row a
 //! retention pass or a workspace deletion removed (`crate::retention`: rows
 //! go there, bytes here). A blob some row names is never a candidate, and gc asks the
 //! database again right before each move. Residual race, documented: a
@@ -63,7 +66,7 @@ use crate::error::{Result, StoreResultExt};
 
 /// How long a trash area is kept before `gc purge` may delete it.
 pub const DEFAULT_RECOVERY_WINDOW: Duration = Duration::from_secs(7 * 24 * 3600);
-/// How old a blob in a bucket must be before gc considers it.
+/// How old a blob must be (its last write) before gc considers it.
 pub const DEFAULT_GC_GRACE: Duration = Duration::from_secs(3600);
 /// The trash area's folder in the data directory.
 pub const TRASH_DIR: &str = "trash";
@@ -246,9 +249,10 @@ impl Maintenance {
         self
     }
 
-    /// How old a blob in the bucket must be (its last write) before gc
-    /// considers it: a publication writes the blob before the row that
-    /// names it, so a young blob no row names may be one being published.
+    /// How old a blob must be (its last write, in the data directory or the
+    /// bucket) before gc considers it: a publication writes the blob before
+    /// the row that names it, so a young blob no row names may be one being
+    /// published.
     pub fn with_grace(mut self, grace: Duration) -> Self {
         self.grace = grace;
         self
@@ -627,9 +631,21 @@ impl Maintenance {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
             Err(e) => return Err(internal(format!("cannot list the artifact store: {e}"))),
         };
+        let cutoff = self.grace_cutoff();
         let mut entries = Vec::new();
+        let mut young = 0usize;
         for (digest, path, _) in blobs {
             if named.contains(&digest) {
+                continue;
+            }
+            let modified = std::fs::symlink_metadata(&path)
+                .and_then(|m| m.modified())
+                .map_err(internal)?;
+            let modified_ms = modified
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+            if modified_ms > cutoff {
+                young += 1;
                 continue;
             }
             let identity = trash::identity(&path).map_err(internal)?;
@@ -645,13 +661,31 @@ impl Maintenance {
                 detail: None,
             });
         }
+        let mut notes = vec![
+            "uploads carry no expiry: none is a candidate".into(),
+            "no retention setting: nothing is collected by age".into(),
+        ];
+        notes.extend(self.young_note(young));
         Ok(GcOutcome {
             manifest: None,
             entries,
-            notes: vec![
-                "uploads carry no expiry: none is a candidate".into(),
-                "no retention setting: nothing is collected by age".into(),
-            ],
+            notes,
+        })
+    }
+
+    /// Blobs last written after this instant (unix ms) are left: younger
+    /// than the grace.
+    fn grace_cutoff(&self) -> i64 {
+        let grace_ms = i64::try_from(self.grace.as_millis()).unwrap_or(i64::MAX);
+        self.clock.now_ms().saturating_sub(grace_ms)
+    }
+
+    fn young_note(&self, young: usize) -> Option<String> {
+        (young > 0).then(|| {
+            format!(
+                "{young} blob(s) no row names were written less than {} s ago and are left (a publication may be under way)",
+                self.grace.as_secs()
+            )
         })
     }
 
@@ -665,8 +699,7 @@ impl Maintenance {
             Some(x) => x.map_err(|e| e.to_error("gc could not list the bucket"))?,
             None => (Vec::new(), Vec::new()),
         };
-        let grace_ms = i64::try_from(self.grace.as_millis()).unwrap_or(i64::MAX);
-        let cutoff = self.clock.now_ms().saturating_sub(grace_ms);
+        let cutoff = self.grace_cutoff();
         let mut entries = Vec::new();
         let mut young = 0usize;
         for (digest, size, modified) in listed {
@@ -695,12 +728,7 @@ impl Maintenance {
                 .map(ToString::to_string)
                 .unwrap_or_default()
         )];
-        if young > 0 {
-            notes.push(format!(
-                "{young} blob(s) no row names were written less than {} s ago and are left (a publication may be under way)",
-                self.grace.as_secs()
-            ));
-        }
+        notes.extend(self.young_note(young));
         Ok(GcOutcome {
             manifest: None,
             entries,
@@ -1120,6 +1148,12 @@ mod tests {
         let store = ArtifactStore::open(&data.join("artifacts")).unwrap();
         let (digest, _) = store.put(&b"orphan"[..], 100).unwrap();
         let blob = store.path(&digest).unwrap();
+        // Written long before the manual clock's now: older than the grace
+        // whatever day the test runs.
+        std::fs::File::open(&blob)
+            .unwrap()
+            .set_modified(std::time::UNIX_EPOCH + Duration::from_secs(1_000_000_000))
+            .unwrap();
         (Maintenance::new(&url, &cfg), clock, blob, dir)
     }
 
