@@ -120,7 +120,7 @@ pub fn status_of(code: ErrorCode) -> StatusCode {
         | C::BadArchive
         | C::RuleRefused
         | C::ModelProfileInvalid => StatusCode::UNPROCESSABLE_ENTITY,
-        C::NotReady => StatusCode::SERVICE_UNAVAILABLE,
+        C::NotReady | C::BlobStoreUnavailable => StatusCode::SERVICE_UNAVAILABLE,
         C::SecretRollback | C::Internal => StatusCode::INTERNAL_SERVER_ERROR,
     }
 }
@@ -150,7 +150,11 @@ impl From<Error> for ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = status_of(self.0.code);
-        let message = if status.is_server_error() {
+        // A server error's message stays in the log, except the blob
+        // store's refusal, which names the store and nothing of its client
+        // (the service writes it that way).
+        let message = if status.is_server_error() && self.0.code != ErrorCode::BlobStoreUnavailable
+        {
             "internal error".to_string()
         } else {
             self.0.message

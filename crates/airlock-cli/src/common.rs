@@ -58,6 +58,27 @@ pub struct Paths {
     /// `AWS_*` environment variables, never from this value.
     #[arg(long, env = "AIRLOCK_BLOB_STORE", value_parser = parse_blob_store, global = true)]
     pub blob_store: Option<BlobSetting>,
+    /// With an S3 blob store: the bound on this node's cache of the
+    /// bucket's blobs (`<data>/artifacts`), in bytes (a `K`, `M` or `G`
+    /// suffix multiplies by 1024s); least recently used blobs known to be
+    /// in the bucket are evicted. Default 1G.
+    #[arg(long, env = "AIRLOCK_BLOB_CACHE_MAX", value_parser = parse_bytes, global = true)]
+    pub blob_cache_max: Option<u64>,
+}
+
+fn parse_bytes(s: &str) -> Result<u64, String> {
+    let s = s.trim();
+    let (num, mul) = match s.char_indices().last() {
+        Some((i, 'K' | 'k')) => (&s[..i], 1u64 << 10),
+        Some((i, 'M' | 'm')) => (&s[..i], 1 << 20),
+        Some((i, 'G' | 'g')) => (&s[..i], 1 << 30),
+        _ => (s, 1),
+    };
+    num.trim()
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(mul))
+        .ok_or_else(|| format!("{s:?} is not a size in bytes (e.g. 1073741824 or 1G)"))
 }
 
 /// A parsed `--blob-store` (`None` inside: the local directory).
@@ -94,6 +115,9 @@ impl Paths {
         }
         c.checkpoint_dir = self.checkpoint_dir.clone();
         c.blob_store = self.blob_store.clone().and_then(|b| b.0);
+        if let Some(n) = self.blob_cache_max {
+            c.blob_cache_max = n;
+        }
         if let Some(secs) = std::env::var("AIRLOCK_CHECKPOINT_INTERVAL_SECS")
             .ok()
             .and_then(|v| v.parse().ok())

@@ -42,6 +42,11 @@ pub struct GcArgs {
     /// with a manifest (without it: a dry run that changes nothing).
     #[arg(long)]
     pub apply: bool,
+    /// With an S3 blob store: how long ago a blob no row names must have
+    /// been written to be a candidate (a publication writes its blob
+    /// before the row that names it).
+    #[arg(long, env = "AIRLOCK_GC_GRACE_SECS", default_value_t = 3600)]
+    pub grace_secs: u64,
     #[arg(long, global = true)]
     pub json: bool,
 }
@@ -141,7 +146,7 @@ pub fn gc(paths: &Paths, a: &GcArgs) -> ExitCode {
         return err("gc works on this machine's data directory: run it without --remote");
     }
     block_on(async move || {
-        let m = maintenance(paths);
+        let m = maintenance(paths).with_grace(Duration::from_secs(a.grace_secs));
         let (what, res) = match &a.command {
             None if a.apply => ("moved", m.gc_apply().await),
             None => ("would move", m.gc_plan().await),
@@ -160,7 +165,9 @@ pub fn gc(paths: &Paths, a: &GcArgs) -> ExitCode {
         match res {
             Ok(out) => {
                 print_gc(&out, what, a.json);
-                let incomplete = out.any_refused()
+                // A purge that deleted its area is done, whatever the
+                // apply it followed refused.
+                let incomplete = (what != "purged" && out.any_refused())
                     || (what == "restored"
                         && out.entries.iter().any(|e| e.state == EntryState::Moved));
                 if incomplete {

@@ -101,6 +101,7 @@ error_codes! {
     LinkExpired = "link_expired": "the download link has expired",
     // The server.
     NotReady = "not_ready": "the database is unreachable or its schema is not current",
+    BlobStoreUnavailable = "blob_store_unavailable": "the blob store (the S3 bucket) could not be reached or refused the request; nothing was recorded, retry later",
     Internal = "internal": "an internal error; details are in the server's log, never in the answer",
 }
 

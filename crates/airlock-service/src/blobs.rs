@@ -13,6 +13,14 @@
 //!   asked for. A damaged object is an error and nothing is kept: a reader
 //!   is never served wrong bytes as complete (digests checked on read).
 //!
+//! With a bucket the local store is a cache bounded by
+//! [`BlobStore::with_cache_max`] ([`BlobStore::evict`]: least recently used
+//! first, only blobs known to be in the bucket). Requests to the bucket
+//! have bounded timeouts and retries; a failure reaching it is
+//! [`BlobError::Remote`], which callers turn into `blob_store_unavailable`
+//! ([`BlobError::to_error`]). `airlock gc` moves the bucket's orphans to
+//! `<prefix>/trash/<gc id>/` and back through the `gc` primitives below.
+//!
 //! Credentials come from the standard `AWS_*` environment variables
 //! (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`,
 //! `AWS_REGION`/`AWS_DEFAULT_REGION`, `AWS_ENDPOINT`, `AWS_ALLOW_HTTP`, or an
@@ -22,11 +30,14 @@
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use airlock_files::{ArtifactStore, FileError};
 use bytes::Bytes;
 use futures_util::StreamExt;
+use object_store::ClientConfigKey;
+use object_store::aws::AmazonS3ConfigKey;
 use object_store::path::Path as ObjectPath;
 use object_store::{ObjectStore, ObjectStoreExt};
 
@@ -110,6 +121,31 @@ pub enum BlobError {
     Remote { location: String, detail: String },
 }
 
+/// The bucket's blobs `(digest, size, last modified ms)` and stray keys.
+pub type RemoteListing = (Vec<(String, u64, i64)>, Vec<String>);
+
+impl BlobError {
+    /// What a caller is told when `what` failed on this error: a bucket that
+    /// cannot be reached (or refuses) is `blob_store_unavailable` (503)
+    /// naming the store, with the client's detail in this node's log only;
+    /// a missing blob is `not_found`; anything else is internal.
+    pub fn to_error(&self, what: &str) -> airlock_protocol::Error {
+        match self {
+            BlobError::Remote { location, detail } => {
+                tracing::warn!(target: "airlock::blobs", location, detail, "{what}: the blob store failed");
+                airlock_protocol::Error::new(
+                    airlock_protocol::ErrorCode::BlobStoreUnavailable,
+                    format!(
+                        "{what}: the blob store {location} could not be reached or refused the request; retry later"
+                    ),
+                )
+            }
+            BlobError::NotFound(_) => airlock_protocol::Error::not_found(),
+            e => airlock_protocol::Error::internal(format!("{what}: {e}")),
+        }
+    }
+}
+
 struct Remote {
     store: Arc<dyn ObjectStore>,
     location: S3Location,
@@ -121,6 +157,32 @@ struct Remote {
 pub struct BlobStore {
     local: ArtifactStore,
     remote: Option<Arc<Remote>>,
+    cache: Arc<Cache>,
+}
+
+/// This node's cache of the bucket's blobs (the local store, when a bucket
+/// is configured), kept under a bound: least recently used blobs that are
+/// known to be in the bucket are removed first.
+struct Cache {
+    max: u64,
+    /// Digests this process saw in the bucket (published or fetched).
+    confirmed: Mutex<std::collections::HashSet<String>>,
+    /// What the cache holds, as far as this process knows (`None`: not
+    /// counted yet). An estimate: it only decides when to count for real.
+    approx: Mutex<Option<u64>>,
+    /// One eviction pass at a time.
+    evicting: tokio::sync::Mutex<()>,
+}
+
+/// What `gc restore` found when it put a blob back into the bucket.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Restored {
+    /// Back under its name, its bytes hashing to it.
+    Done,
+    /// An object already has that name; nothing was overwritten.
+    Exists,
+    /// The copy's bytes hash to this instead (the copy was removed again).
+    Damaged(String),
 }
 
 impl std::fmt::Debug for BlobStore {
@@ -137,6 +199,18 @@ impl std::fmt::Debug for BlobStore {
 }
 
 const CHUNK: usize = 1 << 20;
+/// How long connecting to the bucket may take.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long one request to the bucket may take (a part of an upload is at
+/// most 10 MiB).
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(300);
+/// How often a failed request is retried, and for how long at most.
+pub const MAX_RETRIES: usize = 3;
+pub const RETRY_TIMEOUT: Duration = Duration::from_secs(20);
+/// The default bound on this node's cache of the bucket's blobs.
+pub const DEFAULT_CACHE_MAX: u64 = 1 << 30;
+/// Where `gc` keeps what it moved out of the bucket: `<prefix>/trash/<id>/`.
+pub const TRASH_PREFIX: &str = "trash";
 
 impl BlobStore {
     /// The local store `local`, backed by `remote` when given (the client
@@ -145,8 +219,33 @@ impl BlobStore {
         let remote = match remote {
             None => None,
             Some(loc) => {
-                let s3 = object_store::aws::AmazonS3Builder::from_env()
+                let mut b = object_store::aws::AmazonS3Builder::from_env()
                     .with_bucket_name(&loc.bucket)
+                    // Bounded: a bucket that cannot be reached is an error
+                    // within seconds, never a request that hangs.
+                    // (Set on the options read from the environment,
+                    // which hold `AWS_ALLOW_HTTP` and the like.)
+                    .with_config(
+                        AmazonS3ConfigKey::Client(ClientConfigKey::ConnectTimeout),
+                        format!("{}s", CONNECT_TIMEOUT.as_secs()),
+                    )
+                    .with_config(
+                        AmazonS3ConfigKey::Client(ClientConfigKey::Timeout),
+                        format!("{}s", REQUEST_TIMEOUT.as_secs()),
+                    )
+                    .with_retry(object_store::RetryConfig {
+                        backoff: object_store::BackoffConfig::default(),
+                        max_retries: MAX_RETRIES,
+                        retry_timeout: RETRY_TIMEOUT,
+                    });
+                // `gc restore` never overwrites: a copy that completes only
+                // when the name is free (a one-part multipart copy finished
+                // with `If-None-Match: *`), unless the operator chose
+                // another way (`AWS_COPY_IF_NOT_EXISTS`, e.g. a header).
+                if std::env::var_os("AWS_COPY_IF_NOT_EXISTS").is_none() {
+                    b = b.with_copy_if_not_exists(object_store::aws::S3CopyIfNotExists::Multipart);
+                }
+                let s3 = b
                     .build()
                     // The builder's errors name settings, not their values.
                     .map_err(|e| format!("blob store {loc}: {e}"))?;
@@ -156,7 +255,29 @@ impl BlobStore {
                 }))
             }
         };
-        Ok(Self { local, remote })
+        Ok(Self {
+            local,
+            remote,
+            cache: Arc::new(Cache {
+                max: DEFAULT_CACHE_MAX,
+                confirmed: Mutex::default(),
+                approx: Mutex::new(None),
+                evicting: tokio::sync::Mutex::new(()),
+            }),
+        })
+    }
+
+    /// Bounds this node's cache to `max` bytes (with a bucket only: the
+    /// local backend's store is the blobs themselves and is never evicted).
+    #[must_use]
+    pub fn with_cache_max(mut self, max: u64) -> Self {
+        self.cache = Arc::new(Cache {
+            max,
+            confirmed: Mutex::default(),
+            approx: Mutex::new(None),
+            evicting: tokio::sync::Mutex::new(()),
+        });
+        self
     }
 
     /// The local store (on S3: this node's cache and staging area).
@@ -187,18 +308,26 @@ impl BlobStore {
         let Some(remote) = &self.remote else {
             return Ok(());
         };
-        let path = self
-            .local
-            .path(digest)
-            .ok_or_else(|| BlobError::NotFound(digest.to_string()))?;
         let key = remote.key(digest)?;
+        let head = match remote.store.head(&key).await {
+            Ok(meta) => Some(meta.size),
+            Err(object_store::Error::NotFound { .. }) => None,
+            Err(e) => return Err(remote.err(e)),
+        };
+        let Some(path) = self.local.path(digest) else {
+            // Evicted from this node's cache: it was confirmed in the
+            // bucket first, which still has it.
+            return match head {
+                Some(_) => Ok(()),
+                None => Err(BlobError::NotFound(digest.to_string())),
+            };
+        };
         let size = std::fs::symlink_metadata(&path)
             .map_err(|e| BlobError::File(file_io(digest, e)))?
             .len();
-        match remote.store.head(&key).await {
-            Ok(meta) if meta.size == size => return Ok(()),
-            Ok(_) | Err(object_store::Error::NotFound { .. }) => {}
-            Err(e) => return Err(remote.err(e)),
+        if head == Some(size) {
+            self.cached(digest, size).await;
+            return Ok(());
         }
         let mut file = tokio::fs::File::open(&path)
             .await
@@ -228,6 +357,8 @@ impl BlobStore {
         if sent.is_err() {
             // No half-written multipart upload left in the bucket.
             let _ = w.abort().await;
+        } else {
+            self.cached(digest, size).await;
         }
         sent
     }
@@ -238,6 +369,12 @@ impl BlobStore {
     /// `digest` ([`BlobError::Damaged`] otherwise; nothing is kept).
     pub async fn fetch(&self, digest: &str, max_bytes: u64) -> Result<PathBuf, BlobError> {
         if let Some(p) = self.local.path(digest) {
+            if self.remote.is_some() {
+                // Used now: the last to be evicted (best effort; only the
+                // cache's order depends on it).
+                let _ = std::fs::File::open(&p)
+                    .and_then(|f| f.set_modified(std::time::SystemTime::now()));
+            }
             return Ok(p);
         }
         let Some(remote) = &self.remote else {
@@ -273,8 +410,8 @@ impl BlobStore {
         })
         .await;
         pump.abort();
-        match stored {
-            Ok(Ok(_)) => {}
+        let size = match stored {
+            Ok(Ok(size)) => size,
             Ok(Err(FileError::Io { error, .. })) if error == "digest mismatch" => {
                 let e = BlobError::Damaged {
                     digest: digest.to_string(),
@@ -285,7 +422,8 @@ impl BlobStore {
             }
             Ok(Err(e)) => return Err(e.into()),
             Err(e) => return Err(BlobError::File(file_io(digest, e))),
-        }
+        };
+        self.cached(digest, size).await;
         self.local
             .path(digest)
             .ok_or_else(|| BlobError::NotFound(digest.to_string()))
@@ -309,11 +447,10 @@ impl BlobStore {
             .map_err(BlobError::File)
     }
 
-    /// Every blob in the bucket as `(digest, size)`, and every other key
-    /// under the prefix (stray). `None` on the local backend.
-    pub async fn remote_blobs(
-        &self,
-    ) -> Option<Result<(Vec<(String, u64)>, Vec<String>), BlobError>> {
+    /// Every blob in the bucket as `(digest, size, last modified in unix
+    /// ms)`, and every other key under the prefix (stray; `gc`'s trash area
+    /// `<prefix>/trash/` is neither). `None` on the local backend.
+    pub async fn remote_blobs(&self) -> Option<Result<RemoteListing, BlobError>> {
         let remote = self.remote.as_ref()?;
         Some(remote.list().await)
     }
@@ -346,19 +483,265 @@ impl BlobStore {
                 .map_err(|e| BlobError::File(file_io(digest, e)))?
                 .map_err(BlobError::File);
         };
+        Ok(remote.hash_of(&remote.key(digest)?).await? == digest)
+    }
+}
+
+// ---------------------------------------------------------------- cache
+
+impl BlobStore {
+    /// Blob `digest` (`size` bytes) is in this node's cache and in the
+    /// bucket: it may be evicted from now on; evicts when the cache is over
+    /// its bound (never `digest` itself: its caller is about to use it).
+    async fn cached(&self, digest: &str, size: u64) {
+        if self.remote.is_none() {
+            return;
+        }
+        if let Ok(mut c) = self.cache.confirmed.lock() {
+            c.insert(digest.to_string());
+        }
+        let over = match self.cache.approx.lock() {
+            Ok(mut a) => match a.as_mut() {
+                Some(t) => {
+                    *t = t.saturating_add(size);
+                    *t > self.cache.max
+                }
+                None => true,
+            },
+            Err(_) => false,
+        };
+        if over {
+            self.evict(Some(digest)).await;
+        }
+    }
+
+    /// Removes least recently used cached blobs (oldest modification time
+    /// first: a use touches it) until the cache is within its bound. Only
+    /// a blob known to be in the bucket goes: one this process published
+    /// or fetched, or one a `HEAD` finds there with its size; a blob being
+    /// written (still in `tmp/`) or not yet published is never touched.
+    /// Answers the bytes left. Local backend: nothing is evicted.
+    pub async fn evict(&self, keep: Option<&str>) -> u64 {
+        let Some(remote) = &self.remote else {
+            return 0;
+        };
+        let Ok(_one) = self.cache.evicting.try_lock() else {
+            return 0;
+        };
+        let local = self.local.clone();
+        let listed = tokio::task::spawn_blocking(move || {
+            let blobs = local.blobs().map(|l| l.blobs).unwrap_or_default();
+            let mut out: Vec<(std::time::SystemTime, String, PathBuf, u64)> = blobs
+                .into_iter()
+                .filter_map(|(d, p, size)| {
+                    let m = std::fs::symlink_metadata(&p).ok()?.modified().ok()?;
+                    Some((m, d, p, size))
+                })
+                .collect();
+            out.sort();
+            out
+        })
+        .await
+        .unwrap_or_default();
+        let mut total: u64 = listed.iter().map(|(_, _, _, n)| n).sum();
+        for (_, digest, path, size) in listed {
+            if total <= self.cache.max {
+                break;
+            }
+            if Some(digest.as_str()) == keep {
+                continue;
+            }
+            let known = self
+                .cache
+                .confirmed
+                .lock()
+                .is_ok_and(|c| c.contains(&digest));
+            let in_bucket = known
+                || match remote.key(&digest) {
+                    Ok(k) => matches!(remote.store.head(&k).await, Ok(m) if m.size == size),
+                    Err(_) => false,
+                };
+            if in_bucket && std::fs::remove_file(&path).is_ok() {
+                total = total.saturating_sub(size);
+                if let Ok(mut c) = self.cache.confirmed.lock() {
+                    c.remove(&digest);
+                }
+            }
+        }
+        if let Ok(mut a) = self.cache.approx.lock() {
+            *a = Some(total);
+        }
+        total
+    }
+
+    /// Removes this node's cached copy of `digest`, if any (with a bucket,
+    /// the local store is only a cache).
+    pub(crate) fn drop_cached(&self, digest: &str) -> Result<bool, BlobError> {
+        let Some(path) = self.local.path(digest) else {
+            return Ok(false);
+        };
+        match std::fs::remove_file(&path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+            Err(e) => return Err(BlobError::File(file_io(digest, e))),
+        }
+        if let Ok(mut c) = self.cache.confirmed.lock() {
+            c.remove(digest);
+        }
+        Ok(true)
+    }
+}
+
+// ---------------------------------------------------------------- gc
+
+impl BlobStore {
+    fn bucket(&self) -> Result<&Remote, BlobError> {
+        self.remote
+            .as_deref()
+            .ok_or_else(|| BlobError::NotFound("no bucket is configured".into()))
+    }
+
+    /// The key of blob `digest` in the bucket, as written in a manifest.
+    pub(crate) fn key_name(&self, digest: &str) -> Result<String, BlobError> {
+        Ok(self.bucket()?.key(digest)?.to_string())
+    }
+
+    /// `(size, last modified ms)` of blob `digest` in the bucket.
+    pub(crate) async fn remote_meta(&self, digest: &str) -> Result<Option<(u64, i64)>, BlobError> {
+        let r = self.bucket()?;
+        r.head_of(&r.key(digest)?).await
+    }
+
+    /// Whether trash area `id` of the bucket holds `digest` (its size).
+    pub(crate) async fn trash_meta(
+        &self,
+        id: &str,
+        digest: &str,
+    ) -> Result<Option<u64>, BlobError> {
+        let r = self.bucket()?;
+        Ok(r.head_of(&r.trash_key(id, digest)?).await?.map(|(n, _)| n))
+    }
+
+    /// Moves blob `digest` into trash area `id` of the bucket: copied to
+    /// `<prefix>/trash/<id>/sha256/<aa>/<digest>`, the copy's size checked
+    /// against the original's, then the original deleted.
+    pub(crate) async fn move_to_trash(&self, id: &str, digest: &str) -> Result<(), BlobError> {
+        let r = self.bucket()?;
+        let (from, to) = (r.key(digest)?, r.trash_key(id, digest)?);
+        let Some((size, _)) = r.head_of(&from).await? else {
+            return Err(BlobError::NotFound(digest.to_string()));
+        };
+        r.store.copy(&from, &to).await.map_err(|e| r.err(e))?;
+        match r.head_of(&to).await? {
+            Some((n, _)) if n == size => {}
+            other => {
+                return Err(r.err(format!(
+                    "the trash copy of {digest} has {other:?} bytes, the blob {size}"
+                )));
+            }
+        }
+        r.store.delete(&from).await.map_err(|e| r.err(e))
+    }
+
+    /// Puts blob `digest` back from trash area `id`: a copy that happens
+    /// only when no object has the blob's name (never overwriting), then
+    /// the restored object rehashed as it streams; a copy whose bytes do
+    /// not hash to the name is removed again. The trash copy is deleted
+    /// once the blob is back intact.
+    pub(crate) async fn restore_from_trash(
+        &self,
+        id: &str,
+        digest: &str,
+    ) -> Result<Restored, BlobError> {
+        let r = self.bucket()?;
+        let (from, to) = (r.trash_key(id, digest)?, r.key(digest)?);
+        match r.store.copy_if_not_exists(&from, &to).await {
+            Ok(()) => {}
+            Err(object_store::Error::AlreadyExists { .. }) => return Ok(Restored::Exists),
+            Err(e) => return Err(r.err(e)),
+        }
+        let got = r.hash_of(&to).await?;
+        if got != digest {
+            r.store.delete(&to).await.map_err(|e| r.err(e))?;
+            return Ok(Restored::Damaged(got));
+        }
+        r.store.delete(&from).await.map_err(|e| r.err(e))?;
+        Ok(Restored::Done)
+    }
+
+    /// Deletes every object of trash area `id` in the bucket; answers how
+    /// many.
+    pub(crate) async fn purge_trash(&self, id: &str) -> Result<u64, BlobError> {
+        let r = self.bucket()?;
+        let prefix = r.trash_root(id)?;
+        let mut keys = Vec::new();
+        let mut stream = r.store.list(Some(&prefix));
+        while let Some(meta) = stream.next().await {
+            keys.push(meta.map_err(|e| r.err(e))?.location);
+        }
+        for k in &keys {
+            match r.store.delete(k).await {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+                Err(e) => return Err(r.err(e)),
+            }
+        }
+        Ok(keys.len() as u64)
+    }
+}
+
+impl Remote {
+    async fn head_of(&self, key: &ObjectPath) -> Result<Option<(u64, i64)>, BlobError> {
+        match self.store.head(key).await {
+            Ok(m) => Ok(Some((m.size, m.last_modified.timestamp_millis()))),
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(self.err(e)),
+        }
+    }
+
+    async fn hash_of(&self, key: &ObjectPath) -> Result<String, BlobError> {
         use sha2::Digest as _;
-        let key = remote.key(digest)?;
-        let mut stream = remote
+        let mut stream = self
             .store
-            .get(&key)
+            .get(key)
             .await
-            .map_err(|e| remote.err(e))?
+            .map_err(|e| self.err(e))?
             .into_stream();
         let mut h = sha2::Sha256::new();
         while let Some(chunk) = stream.next().await {
-            h.update(chunk.map_err(|e| remote.err(e))?);
+            h.update(chunk.map_err(|e| self.err(e))?);
         }
-        Ok(hex(&h.finalize()) == digest)
+        Ok(hex(&h.finalize()))
+    }
+
+    fn prefixed(&self, rel: &str) -> Result<ObjectPath, BlobError> {
+        let full = if self.location.prefix.is_empty() {
+            rel.to_string()
+        } else {
+            format!("{}/{rel}", self.location.prefix)
+        };
+        ObjectPath::parse(full).map_err(|e| self.err(e))
+    }
+
+    fn trash_root(&self, id: &str) -> Result<ObjectPath, BlobError> {
+        if id.is_empty()
+            || !id
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        {
+            return Err(self.err(format!("{id:?} is not a gc id")));
+        }
+        self.prefixed(&format!("{TRASH_PREFIX}/{id}"))
+    }
+
+    fn trash_key(&self, id: &str, digest: &str) -> Result<ObjectPath, BlobError> {
+        self.trash_root(id)?;
+        if !well_formed(digest) {
+            return Err(BlobError::NotFound(digest.chars().take(80).collect()));
+        }
+        self.prefixed(&format!(
+            "{TRASH_PREFIX}/{id}/sha256/{}/{digest}",
+            &digest[..2]
+        ))
     }
 }
 
@@ -385,7 +768,7 @@ impl Remote {
         }
     }
 
-    async fn list(&self) -> Result<(Vec<(String, u64)>, Vec<String>), BlobError> {
+    async fn list(&self) -> Result<RemoteListing, BlobError> {
         let prefix = (!self.location.prefix.is_empty())
             .then(|| ObjectPath::parse(&self.location.prefix))
             .transpose()
@@ -403,9 +786,19 @@ impl Remote {
                     .and_then(|k| k.strip_prefix('/'))
                     .unwrap_or(&key)
             };
+            if rel
+                .strip_prefix(TRASH_PREFIX)
+                .is_some_and(|r| r.starts_with('/'))
+            {
+                continue;
+            }
             match rel.strip_prefix("sha256/").and_then(|r| r.split_once('/')) {
                 Some((shard, d)) if well_formed(d) && d.starts_with(shard) && shard.len() == 2 => {
-                    blobs.push((d.to_string(), meta.size));
+                    blobs.push((
+                        d.to_string(),
+                        meta.size,
+                        meta.last_modified.timestamp_millis(),
+                    ));
                 }
                 _ => stray.push(key),
             }

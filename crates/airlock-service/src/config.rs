@@ -115,6 +115,10 @@ pub struct Config {
     /// directory `<data>/artifacts` alone; an S3 bucket is shared by every
     /// node, with the local directory as this node's cache (DUR-5).
     pub blob_store: Option<crate::blobs::S3Location>,
+    /// With a bucket: the bound on this node's cache of its blobs, in bytes
+    /// (`--blob-cache-max` / `AIRLOCK_BLOB_CACHE_MAX`, default 1 GiB);
+    /// least recently used blobs known to be in the bucket are evicted.
+    pub blob_cache_max: u64,
 }
 
 impl Config {
@@ -140,6 +144,7 @@ impl Config {
             egress_log: Arc::new(airlock_egress::proxy::NullLog),
             retention_interval: Duration::from_secs(3600),
             blob_store: None,
+            blob_cache_max: crate::blobs::DEFAULT_CACHE_MAX,
         }
     }
 }

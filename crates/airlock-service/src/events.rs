@@ -168,7 +168,7 @@ impl Service {
         {
             Ok(p) => p,
             Err(crate::blobs::BlobError::NotFound(_)) => return Err(Error::not_found()),
-            Err(e) => return Err(Error::internal(format!("artifact {name}: {e}"))),
+            Err(e) => return Err(e.to_error(&format!("artifact {name}"))),
         };
         Ok((a, path))
     }

@@ -14,6 +14,11 @@
 //!   workspace deletion removed it): the executor removes the folder when a
 //!   run ends, so one left behind is a leftover. A live run's folder is
 //!   left.
+//! - `artifacts/sha256/<aa>/<digest>` whose bytes no longer hash to its
+//!   name (`corrupted_blob`): every local blob is rehashed. With an S3 blob
+//!   store the local copy is only this node's cache: it is removed instead
+//!   (`corrupted_cache_copy`, state `dropped`) and fetched again, checked,
+//!   from the bucket when it is next needed.
 //!
 //! Moves go to `quarantine/<id>/files/<relative path>` with
 //! `RENAME_NOREPLACE` (a symbolic link is moved as a link, never followed);
@@ -40,7 +45,8 @@ pub struct Quarantined {
     /// Relative to the data directory.
     pub path: String,
     pub reason: String,
-    /// `moved`, `planned` (dry run) or `refused` (with `error`).
+    /// `moved`, `dropped` (a damaged cache copy removed), `planned` (dry
+    /// run) or `refused` (with `error`).
     pub state: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
@@ -97,6 +103,23 @@ impl Maintenance {
                 plan.push((format!("artifacts/tmp/{n}"), "interrupted_publication"));
             }
         }
+        let cache_only = self.has_bucket();
+        let local = airlock_files::ArtifactStore::at(&data.join("artifacts"));
+        let listed = local.blobs().map(|l| l.blobs).unwrap_or_default();
+        for (digest, _, _) in listed {
+            // An unreadable blob is left for validate to report.
+            if local.verify(&digest).ok() == Some(false) {
+                let rel = format!("artifacts/sha256/{}/{digest}", &digest[..2]);
+                plan.push((
+                    rel,
+                    if cache_only {
+                        "corrupted_cache_copy"
+                    } else {
+                        "corrupted_blob"
+                    },
+                ));
+            }
+        }
         for n in sorted_names(&data.join("runs")) {
             let ended = match store.run_state_anywhere(&n).await.svc()? {
                 None => Some("run_folder_without_run"),
@@ -129,11 +152,17 @@ impl Maintenance {
         trash::make_dirs(&root.join("files")).map_err(internal)?;
         let mut entries = Vec::new();
         for (path, reason) in plan {
-            let (state, error) =
+            let (state, error) = if reason == "corrupted_cache_copy" {
+                match std::fs::remove_file(data.join(&path)) {
+                    Ok(()) => ("dropped", None),
+                    Err(e) => ("refused", Some(e.to_string())),
+                }
+            } else {
                 match trash::put_back(&data.join(&path), &root.join("files").join(&path)) {
                     Ok(()) => ("moved", None),
                     Err(e) => ("refused", Some(e.to_string())),
-                };
+                }
+            };
             entries.push(Quarantined {
                 path,
                 reason: reason.into(),
@@ -146,8 +175,9 @@ impl Maintenance {
         let bytes = serde_json::to_vec_pretty(&doc).map_err(internal)?;
         trash::write_atomic(&manifest, &bytes).map_err(internal)?;
         let moved = entries.iter().filter(|e| e.state == "moved").count();
+        let dropped = entries.iter().filter(|e| e.state == "dropped").count();
         let rec = AuditRecord::system("recover.quarantined", None)
-            .with_result(if moved == entries.len() {
+            .with_result(if moved + dropped == entries.len() {
                 "ok"
             } else {
                 "partial"
@@ -155,7 +185,8 @@ impl Maintenance {
             .with_metadata(serde_json::json!({
                 "manifest": manifest.display().to_string(),
                 "moved": moved,
-                "refused": entries.len() - moved,
+                "dropped": dropped,
+                "refused": entries.len() - moved - dropped,
                 "reasons": entries.iter().map(|e| e.reason.clone()).collect::<Vec<_>>(),
             }));
         store

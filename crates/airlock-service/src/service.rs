@@ -169,7 +169,8 @@ impl Service {
         let artifacts = airlock_files::ArtifactStore::open(&cfg.data_dir.join("artifacts"))
             .map_err(|e| airlock_protocol::Error::internal(format!("artifact store: {e}")))?;
         let blobs = crate::blobs::BlobStore::new(artifacts.clone(), cfg.blob_store.as_ref())
-            .map_err(airlock_protocol::Error::internal)?;
+            .map_err(airlock_protocol::Error::internal)?
+            .with_cache_max(cfg.blob_cache_max);
         let owner = format!("{}:{}", cfg.node_id, std::process::id());
         let svc = Arc::new(Self {
             store,

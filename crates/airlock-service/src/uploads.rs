@@ -285,7 +285,7 @@ impl Service {
             .blobs
             .put(body.clone(), MAX_UPLOAD_BYTES as u64)
             .await
-            .map_err(|e| Error::internal(format!("could not store the upload: {e}")))?;
+            .map_err(|e| e.to_error("the upload was not stored"))?;
         let rec = UploadRecord {
             id: airlock_store::random_id("upl"),
             workspace_id: c.workspace.clone(),
@@ -367,7 +367,12 @@ impl Service {
             .blobs
             .fetch(&rec.digest, u64::try_from(rec.size).unwrap_or(0))
             .await
-            .map_err(|e| Error::internal(format!("upload blob unavailable: {e}")))?;
+            .map_err(|e| match e {
+                crate::blobs::BlobError::NotFound(_) => {
+                    Error::internal(format!("upload blob unavailable: {e}"))
+                }
+                e => e.to_error("the upload could not be read"),
+            })?;
         let len = std::fs::metadata(&path)
             .map_err(|e| Error::internal(format!("upload blob unreadable: {e}")))?
             .len();

@@ -111,12 +111,12 @@ fn kinds(found: &[(String, String)]) -> Vec<&str> {
 
 /// The manifest path `gc --apply --json` answered.
 fn apply(env: &Env) -> (PathBuf, Value) {
-    let (code, v, text) = run(env, &["gc", "--apply", "--json"]);
+    let (code, v, text) = run(env, &["gc", "--apply", "--grace-secs", "0", "--json"]);
     assert_eq!(code, 0, "{text}");
     (PathBuf::from(v["manifest"].as_str().unwrap()), v)
 }
 
-fn edit_manifest(path: &Path, f: impl FnOnce(&mut Value)) {
+pub(crate) fn edit_manifest(path: &Path, f: impl FnOnce(&mut Value)) {
     let mut m: Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
     f(&mut m);
     std::fs::write(path, serde_json::to_vec_pretty(&m).unwrap()).unwrap();
@@ -133,7 +133,13 @@ fn dur_6_validate_never_writes_and_gc_apply_does() {
     for level in ["quick", "standard", "full"] {
         let _ = validate(&env, level);
     }
+    // The grace: an orphan written just now may be a publication whose
+    // row is not written yet, and is left (control: no grace, a candidate).
     let (code, v, text) = run(&env, &["gc", "--json"]);
+    assert_eq!(code, 0, "{text}");
+    assert_eq!(v["entries"].as_array().unwrap().len(), 0, "{v}");
+    assert!(text.contains("1 blob(s)"), "{text}");
+    let (code, v, text) = run(&env, &["gc", "--grace-secs", "0", "--json"]);
     assert_eq!(code, 0, "{text}");
     assert_eq!(v["entries"].as_array().unwrap().len(), 1, "{v}");
     assert_eq!(
@@ -394,7 +400,7 @@ fn dur_7_retention_removes_an_old_run_and_gc_frees_its_blobs() {
     let (code, v, text) = run(&env, &["retention", "apply", "--dry-run", "--json"]);
     assert_eq!(code, 0, "{text}");
     assert_eq!(v["removed"]["runs"], 0, "control: nothing has aged: {v}");
-    let (_, v, _) = run(&env, &["gc", "--json"]);
+    let (_, v, _) = run(&env, &["gc", "--grace-secs", "0", "--json"]);
     assert_eq!(v["entries"].as_array().map(Vec::len), Some(0), "{v}");
 
     // Forty days pass for the older run.
@@ -421,7 +427,7 @@ fn dur_7_retention_removes_an_old_run_and_gc_frees_its_blobs() {
     assert_eq!(code, 0, "the young run went too: {text}");
 
     // The young run published the same bytes, so gc finds nothing yet…
-    let (_, v, _) = run(&env, &["gc", "--json"]);
+    let (_, v, _) = run(&env, &["gc", "--grace-secs", "0", "--json"]);
     assert_eq!(v["entries"].as_array().map(Vec::len), Some(0), "{v}");
     // …until it ages too; then both runs' blobs are unreferenced.
     age(&young);
@@ -459,7 +465,7 @@ fn dur_7_retention_removes_an_old_run_and_gc_frees_its_blobs() {
 
 /// Runs `sql` on the env's SQLite database (test set-up: what a crash would
 /// have left).
-fn sql(env: &Env, sql: &str) {
+pub(crate) fn sql(env: &Env, sql: &str) {
     let script = format!(
         "import sqlite3,sys\nc=sqlite3.connect(sys.argv[1])\nc.executescript(\"\"\"{sql}\"\"\")\nc.commit()\n"
     );
@@ -595,8 +601,62 @@ fn dur_6_recover_settles_dead_runs_and_quarantines_leftovers_only() {
     assert_eq!((code, found.len()), (0, 0), "{text}");
 }
 
+/// DUR-6 `airlock recover` rehashes every local blob: one whose bytes no
+/// longer hash to its name (one byte changed, same size) is moved to the
+/// quarantine (`corrupted_blob`, in the manifest with its reason, one audit
+/// event), never deleted; a dry run only lists it. Control: the intact blob
+/// of the same run stays where it is. Afterwards `validate` reports the
+/// lost bytes as a missing blob, which they are.
+#[test]
+fn dur_6_recover_quarantines_a_corrupted_blob_and_leaves_intact_ones() {
+    let env = env_with_run();
+    let blobs: Vec<PathBuf> = snapshot(&env.data.join("artifacts/sha256"))
+        .into_iter()
+        .filter(|(_, (_, _, h))| h != "dir")
+        .map(|(p, _)| p)
+        .collect();
+    assert!(blobs.len() >= 2);
+    let mut bytes = std::fs::read(&blobs[0]).unwrap();
+    bytes[0] ^= 1;
+    std::fs::write(&blobs[0], &bytes).unwrap();
+    let rel = blobs[0]
+        .strip_prefix(&env.data)
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
+
+    let (code, v, text) = run(&env, &["recover", "--dry-run", "--json"]);
+    assert_eq!(code, 0, "{text}");
+    let entries = v["files"]["entries"].as_array().unwrap().clone();
+    assert_eq!(entries.len(), 1, "{v}");
+    assert_eq!(
+        (entries[0]["path"].as_str(), entries[0]["reason"].as_str()),
+        (Some(rel.as_str()), Some("corrupted_blob")),
+        "{v}"
+    );
+    assert!(blobs[0].exists(), "a dry run moved it");
+
+    let (code, v, text) = run(&env, &["recover", "--json"]);
+    assert_eq!(code, 0, "{text}");
+    assert_eq!(v["files"]["entries"][0]["state"], "moved", "{v}");
+    let manifest = PathBuf::from(v["files"]["manifest"].as_str().unwrap());
+    assert!(manifest.starts_with(env.data.join("quarantine")));
+    let kept = manifest.parent().unwrap().join("files").join(&rel);
+    assert_eq!(std::fs::read(&kept).unwrap(), bytes, "kept, not deleted");
+    assert!(!blobs[0].exists());
+    let m: Value = serde_json::from_slice(&std::fs::read(&manifest).unwrap()).unwrap();
+    assert_eq!(m["entries"][0]["reason"], "corrupted_blob", "{m}");
+    for b in &blobs[1..] {
+        assert!(b.exists(), "control: intact {} stays", b.display());
+    }
+    let (_, _, export) = run(&env, &["audit", "export"]);
+    assert!(export.contains("\"recover.quarantined\""), "{export}");
+    let (code, found, text) = validate(&env, "standard");
+    assert_eq!((code, kinds(&found)), (1, vec!["missing_blob"]), "{text}");
+}
+
 /// Reads one value with SQL from the env's SQLite database.
-fn sql_value(env: &Env, query: &str) -> String {
+pub(crate) fn sql_value(env: &Env, query: &str) -> String {
     let script = format!(
         "import sqlite3,sys\nc=sqlite3.connect(sys.argv[1])\nprint(c.execute(\"{query}\").fetchone()[0])\n"
     );
