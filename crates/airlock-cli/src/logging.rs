@@ -108,9 +108,10 @@ impl LogSink for EgressLines {
     fn line(&self, line: &Line<'_>) {
         // The proxy's line with the structured log's fields in front: the line is serialised
         // once, straight after them (it is always an object and never has these keys).
-        let Ok(body) = serde_json::to_vec(line) else {
+        let mut body = Vec::with_capacity(256);
+        if line.write_json(&mut body).is_err() {
             return;
-        };
+        }
         let Some(rest) = body.strip_prefix(b"{") else {
             return;
         };

@@ -64,6 +64,93 @@ impl Line<'_> {
     }
 }
 
+impl Line<'_> {
+    /// Appends the line as JSON to `out`, the same bytes as serialising it: the frequent
+    /// lines with their keys and fixed values copied as they are, only the values that vary
+    /// serialised (and escaped). On an error, `out` may hold part of the line.
+    pub fn write_json(&self, out: &mut Vec<u8>) -> serde_json::Result<()> {
+        fn val<T: Serialize + ?Sized>(out: &mut Vec<u8>, v: &T) -> serde_json::Result<()> {
+            serde_json::to_writer(&mut *out, v)
+        }
+        let run_and_sandbox = |out: &mut Vec<u8>| {
+            if let Some(r) = self.run {
+                out.extend_from_slice(br#","run":"#);
+                val(out, r)?;
+            }
+            out.extend_from_slice(br#","sandbox":"#);
+            val(out, self.sandbox)
+        };
+        match &self.event {
+            Event::Decision { kind, d } => {
+                out.extend_from_slice(if d.allow {
+                    br#"{"decision":"allow","event":"egress_decision","host":"#
+                } else {
+                    br#"{"decision":"deny","event":"egress_decision","host":"#
+                });
+                val(out, &d.host)?;
+                out.extend_from_slice(br#","kind":"#);
+                val(out, kind)?;
+                out.extend_from_slice(br#","port":"#);
+                val(out, &d.port)?;
+                out.extend_from_slice(br#","reason":"#);
+                val(out, d.reason)?;
+                out.extend_from_slice(br#","resolved":"#);
+                val(out, &d.resolved)?;
+                out.extend_from_slice(br#","rule":"#);
+                val(out, &d.rule)?;
+                run_and_sandbox(out)?;
+            }
+            Event::Response {
+                host,
+                resolved_ip,
+                status,
+                duration_ms,
+                reused_connection,
+            } => {
+                out.extend_from_slice(br#"{"duration_ms":"#);
+                val(out, duration_ms)?;
+                out.extend_from_slice(br#","event":"egress_response","host":"#);
+                val(out, host)?;
+                out.extend_from_slice(br#","resolved_ip":"#);
+                val(out, resolved_ip)?;
+                out.extend_from_slice(if *reused_connection {
+                    br#","reused_connection":true"#
+                } else {
+                    br#","reused_connection":false"#
+                });
+                run_and_sandbox(out)?;
+                out.extend_from_slice(br#","status":"#);
+                val(out, status)?;
+            }
+            Event::Closed {
+                host,
+                port,
+                resolved_ip,
+                bytes_up,
+                bytes_down,
+                duration_ms,
+            } => {
+                out.extend_from_slice(br#"{"bytes_down":"#);
+                val(out, bytes_down)?;
+                out.extend_from_slice(br#","bytes_up":"#);
+                val(out, bytes_up)?;
+                out.extend_from_slice(br#","duration_ms":"#);
+                val(out, duration_ms)?;
+                out.extend_from_slice(br#","event":"egress_connection_closed","host":"#);
+                val(out, host)?;
+                out.extend_from_slice(br#","kind":"connect","port":"#);
+                val(out, port)?;
+                out.extend_from_slice(br#","resolved_ip":"#);
+                val(out, resolved_ip)?;
+                run_and_sandbox(out)?;
+            }
+            Event::Value(_) => return val(out, self),
+        }
+        out.push(b'}');
+        Ok(())
+    }
+}
+
 impl Serialize for Line<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         // Keys in sorted order (what a `Value` object prints), `run` only when there is one.
@@ -294,9 +381,10 @@ impl LogSink for WriterLog {
         match &self.0 {
             Sink::Direct(w) => {
                 // The whole line first: one write, never one per JSON token.
-                let Ok(mut line) = serde_json::to_vec(v) else {
+                let mut line = Vec::with_capacity(256);
+                if v.write_json(&mut line).is_err() {
                     return;
-                };
+                }
                 line.push(b'\n');
                 if let Ok(mut w) = w.lock() {
                     let _ = w.write_all(&line);
@@ -317,7 +405,7 @@ impl LogSink for WriterLog {
                 // Serialised straight into the buffer: no allocation per
                 // line once the buffer has grown.
                 let start = st.buf.len();
-                if serde_json::to_writer(&mut st.buf, v).is_ok() {
+                if v.write_json(&mut st.buf).is_ok() {
                     st.buf.push(b'\n');
                 } else {
                     // Never half a line.
@@ -446,6 +534,9 @@ mod tests {
                 };
                 let old = with(old);
                 assert_eq!(serde_json::to_string(&line).unwrap(), old.to_string());
+                let mut written = Vec::new();
+                line.write_json(&mut written).unwrap();
+                assert_eq!(String::from_utf8(written).unwrap(), old.to_string());
                 assert_eq!(line.to_value(), old);
             }
         }
