@@ -19,7 +19,7 @@
 use std::io::Write;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use airlock_egress::proxy::LogSink;
+use airlock_egress::proxy::{Line, LogSink};
 use tracing_appender::non_blocking::{NonBlocking, NonBlockingBuilder, WorkerGuard};
 use tracing_subscriber::fmt::format::Writer;
 use tracing_subscriber::fmt::time::FormatTime;
@@ -105,21 +105,36 @@ impl std::fmt::Debug for EgressLines {
 }
 
 impl LogSink for EgressLines {
-    fn line(&self, mut v: serde_json::Value) {
-        if let Some(o) = v.as_object_mut() {
-            o.insert(
-                "timestamp".into(),
-                airlock_service::rfc3339(airlock_service::now_ms()).into(),
-            );
-            o.insert("level".into(), "INFO".into());
-            o.insert("target".into(), "airlock::egress".into());
+    fn line(&self, line: &Line<'_>) {
+        // The proxy's line with the structured log's fields in front: the line is serialised
+        // once, straight after them (it is always an object and never has these keys).
+        let mut body = Vec::with_capacity(256);
+        if line.write_json(&mut body).is_err() {
+            return;
         }
+        let Some(rest) = body.strip_prefix(b"{") else {
+            return;
+        };
+        let mut out = Vec::with_capacity(body.len() + 96);
+        out.extend_from_slice(b"{\"timestamp\":");
+        if serde_json::to_writer(
+            &mut out,
+            &airlock_service::rfc3339(airlock_service::now_ms()),
+        )
+        .is_err()
+        {
+            return;
+        }
+        out.extend_from_slice(b",\"level\":\"INFO\",\"target\":\"airlock::egress\"");
+        if rest != b"}" {
+            out.push(b',');
+        }
+        out.extend_from_slice(rest);
+        out.push(b'\n');
         // One write per line: the writer queues each write as a whole, so
         // lines from several threads never interleave.
-        let mut line = v.to_string();
-        line.push('\n');
         if let Ok(mut w) = self.0.lock() {
-            let _ = w.write_all(line.as_bytes());
+            let _ = w.write_all(&out);
         }
     }
 }

@@ -41,7 +41,7 @@ use airlock_redact::StreamRedactor;
 mod logsink;
 mod pool;
 
-pub use logsink::{LogSink, MemoryLog, NullLog, WriterLog};
+pub use logsink::{Line, LogSink, MemoryLog, NullLog, WriterLog};
 
 /// Header carrying the machine-readable reason of a refusal.
 pub const REASON_HEADER: &str = "x-airlock-reason";
@@ -130,14 +130,16 @@ impl Ctx {
             .map(|p| p.limits.clone())
             .unwrap_or_default()
     }
-    fn log(&self, mut v: serde_json::Value) {
-        if let Some(o) = v.as_object_mut() {
-            o.insert("sandbox".into(), json!(self.sandbox));
-            if let Some(r) = &self.run {
-                o.insert("run".into(), json!(r));
-            }
-        }
-        self.shared.log.line(v);
+    /// A rare line, built as a JSON object.
+    fn log(&self, v: serde_json::Value) {
+        self.line(logsink::Event::Value(v));
+    }
+    fn line(&self, event: logsink::Event<'_>) {
+        self.shared.log.line(&logsink::Line {
+            sandbox: &self.sandbox,
+            run: self.run.as_deref(),
+            event,
+        });
     }
     fn record(&self, d: &Decision, kind: &str) {
         if d.allow {
@@ -145,16 +147,7 @@ impl Ctx {
         } else {
             self.counters.denied.fetch_add(1, Ordering::Relaxed);
         }
-        self.log(json!({
-            "event": "egress_decision",
-            "kind": kind,
-            "host": d.host,
-            "port": d.port,
-            "resolved": d.resolved,
-            "rule": d.rule,
-            "decision": if d.allow { "allow" } else { "deny" },
-            "reason": d.reason,
-        }));
+        self.line(logsink::Event::Decision { kind, d });
     }
 }
 
@@ -595,43 +588,54 @@ async fn connect(req: Request<Incoming>, raw: String, ctx: Arc<Ctx>) -> Response
     tokio::spawn(async move {
         let started = Instant::now();
         let (up, down) = match hyper::upgrade::on(req).await {
-            Ok(upgraded) => tunnel(TokioIo::new(upgraded), upstream, &ctx, &limits).await,
+            // The client's own socket, and what it sent after the CONNECT head.
+            Ok(upgraded) => match upgraded.downcast::<TokioIo<TcpStream>>() {
+                Ok(parts) => {
+                    let mut client = parts.io.into_inner();
+                    let (cr, cw) = client.split();
+                    tunnel(cr, cw, parts.read_buf, upstream, &ctx, &limits).await
+                }
+                Err(upgraded) => {
+                    let (cr, cw) = tokio::io::split(TokioIo::new(upgraded));
+                    tunnel(cr, cw, Bytes::new(), upstream, &ctx, &limits).await
+                }
+            },
             Err(_) => (0, 0),
         };
         ctx.counters.tunnels.fetch_sub(1, Ordering::Relaxed);
-        ctx.log(json!({
-            "event": "egress_connection_closed",
-            "kind": "connect",
-            "host": host,
-            "port": addr.port(),
-            "resolved_ip": addr.ip(),
-            "bytes_up": up,
-            "bytes_down": down,
-            "duration_ms": started.elapsed().as_millis() as u64,
-        }));
+        ctx.line(logsink::Event::Closed {
+            host: host.as_deref(),
+            port: addr.port(),
+            resolved_ip: addr.ip(),
+            bytes_up: up,
+            bytes_down: down,
+            duration_ms: started.elapsed().as_millis() as u64,
+        });
     });
     Response::new(full(Bytes::new()))
 }
 
-/// Copies both ways with an idle timeout, a lifetime and byte caps.
-async fn tunnel<C>(client: C, upstream: TcpStream, ctx: &Ctx, limits: &Limits) -> (u64, u64)
+/// Copies both ways with an idle timeout, a lifetime and byte caps; `early`
+/// (what the client sent right behind its CONNECT head) goes first.
+async fn tunnel<CR, CW>(
+    mut cr: CR,
+    mut cw: CW,
+    early: Bytes,
+    mut upstream: TcpStream,
+    ctx: &Ctx,
+    limits: &Limits,
+) -> (u64, u64)
 where
-    C: AsyncRead + AsyncWrite + Unpin,
+    CR: AsyncRead + Unpin,
+    CW: AsyncWrite + Unpin,
 {
-    let (mut cr, mut cw) = tokio::io::split(client);
-    let (mut ur, mut uw) = upstream.into_split();
+    let (mut ur, mut uw) = upstream.split();
     let up = AtomicU64::new(0);
     let down = AtomicU64::new(0);
-    let copy = |r: &mut (dyn AsyncRead + Unpin + Send),
-                w: &mut (dyn AsyncWrite + Unpin + Send),
-                n: &AtomicU64,
-                total: &AtomicU64| {
-        let _ = (r, w, n, total);
-    };
-    let _ = copy;
     let a = pump(
         &mut cr,
         &mut uw,
+        early,
         &up,
         &ctx.counters.bytes_up,
         &ctx.counters,
@@ -640,6 +644,7 @@ where
     let b = pump(
         &mut ur,
         &mut cw,
+        Bytes::new(),
         &down,
         &ctx.counters.bytes_down,
         &ctx.counters,
@@ -649,9 +654,14 @@ where
     (up.load(Ordering::Relaxed), down.load(Ordering::Relaxed))
 }
 
+/// Relays one direction of a tunnel until end of file, an error, a byte
+/// cap, or a read that waited `idle_timeout` in vain. The idle timer is one
+/// per direction, armed once and moved only when it fires early, rather than
+/// a timer set and cancelled around every read.
 async fn pump<R, W>(
     r: &mut R,
     w: &mut W,
+    early: Bytes,
     conn: &AtomicU64,
     total: &AtomicU64,
     counters: &Counters,
@@ -660,36 +670,60 @@ async fn pump<R, W>(
     R: AsyncRead + Unpin + ?Sized,
     W: AsyncWrite + Unpin + ?Sized,
 {
-    let mut buf = vec![0u8; 32 * 1024];
-    loop {
-        let n = match tokio::time::timeout(limits.idle_timeout, r.read(&mut buf)).await {
-            Ok(Ok(0)) | Ok(Err(_)) | Err(_) => break,
-            Ok(Ok(n)) => n,
-        };
+    // Counts and checks `n` more bytes: false once a cap is passed.
+    let within_caps = |n: usize| {
         let used = conn.fetch_add(n as u64, Ordering::Relaxed) + n as u64;
         total.fetch_add(n as u64, Ordering::Relaxed);
-        if used > limits.max_bytes_per_connection
-            || counters.total_bytes() > limits.max_bytes_per_sandbox
-        {
-            break;
-        }
-        if w.write_all(&buf[..n]).await.is_err() {
+        used <= limits.max_bytes_per_connection
+            && counters.total_bytes() <= limits.max_bytes_per_sandbox
+    };
+    if !early.is_empty() && (!within_caps(early.len()) || w.write_all(&early).await.is_err()) {
+        let _ = w.shutdown().await;
+        return;
+    }
+    let mut buf = vec![0u8; 32 * 1024];
+    let idle = tokio::time::sleep(limits.idle_timeout);
+    tokio::pin!(idle);
+    loop {
+        let waiting_since = tokio::time::Instant::now();
+        let read = loop {
+            tokio::select! {
+                biased;
+                r = r.read(&mut buf) => break r.ok(),
+                () = &mut idle => {
+                    // The timer was armed for an earlier wait: this wait ends its idle time
+                    // later (reading a socket is cancel-safe, nothing read is lost).
+                    let until = waiting_since + limits.idle_timeout;
+                    if tokio::time::Instant::now() >= until {
+                        break None;
+                    }
+                    idle.as_mut().reset(until);
+                }
+            }
+        };
+        let n = match read {
+            None | Some(0) => break,
+            Some(n) => n,
+        };
+        if !within_caps(n) || w.write_all(&buf[..n]).await.is_err() {
             break;
         }
     }
     let _ = w.shutdown().await;
 }
 
-const HOP_BY_HOP: &[&str] = &[
-    "connection",
-    "keep-alive",
-    "proxy-connection",
-    "proxy-authenticate",
-    "proxy-authorization",
-    "te",
-    "trailer",
-    "transfer-encoding",
-    "upgrade",
+/// Headers of one hop only, never forwarded (RFC 9110 7.6.1, and the legacy
+/// `Keep-Alive` and `Proxy-Connection`).
+const HOP_BY_HOP: [http::HeaderName; 9] = [
+    header::CONNECTION,
+    http::HeaderName::from_static("keep-alive"),
+    http::HeaderName::from_static("proxy-connection"),
+    header::PROXY_AUTHENTICATE,
+    header::PROXY_AUTHORIZATION,
+    header::TE,
+    header::TRAILER,
+    header::TRANSFER_ENCODING,
+    header::UPGRADE,
 ];
 
 /// Client credentials that never travel upstream through a channel.
@@ -702,15 +736,24 @@ const CLIENT_AUTH: &[&str] = &[
     "openai-organization",
 ];
 
+/// Drops the hop-by-hop headers and every header the `Connection` header names.
 fn strip_hop_by_hop(h: &mut HeaderMap) {
-    let listed: Vec<String> = h
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(',').map(|s| s.trim().to_ascii_lowercase()))
-        .collect();
-    for name in HOP_BY_HOP.iter().map(|s| s.to_string()).chain(listed) {
-        h.remove(name.as_str());
+    if h.contains_key(header::CONNECTION) {
+        // `HeaderName::from_bytes` lowercases; a listed name that is no valid header name
+        // cannot be present.
+        let listed: Vec<http::HeaderName> = h
+            .get_all(header::CONNECTION)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .filter_map(|n| http::HeaderName::from_bytes(n.trim().as_bytes()).ok())
+            .collect();
+        for name in listed {
+            h.remove(name);
+        }
+    }
+    for name in HOP_BY_HOP {
+        h.remove(name);
     }
 }
 
@@ -791,10 +834,13 @@ async fn send(
             addr: *addr,
         };
         while let Some(mut sender) = ctx.pool.take(&key) {
-            if !matches!(
-                tokio::time::timeout(limits.connect_timeout, sender.ready()).await,
-                Ok(Ok(()))
-            ) {
+            // Usually ready already (its last response was read whole): no timer then.
+            if !sender.is_ready()
+                && !matches!(
+                    tokio::time::timeout(limits.connect_timeout, sender.ready()).await,
+                    Ok(Ok(()))
+                )
+            {
                 continue;
             }
             match sender.try_send_request(req).await {
@@ -956,14 +1002,13 @@ fn log_response(
     started: Instant,
     reused: bool,
 ) {
-    ctx.log(json!({
-        "event": "egress_response",
-        "host": host,
-        "resolved_ip": addr.ip(),
-        "status": status,
-        "duration_ms": started.elapsed().as_millis() as u64,
-        "reused_connection": reused,
-    }));
+    ctx.line(logsink::Event::Response {
+        host,
+        resolved_ip: addr.ip(),
+        status,
+        duration_ms: started.elapsed().as_millis() as u64,
+        reused_connection: reused,
+    });
 }
 
 /// What a channel's response is scrubbed of.

@@ -1,19 +1,236 @@
-//! Where a proxy's decision and connection lines go (NET-7).
+//! Where a proxy's decision and connection lines go (NET-7), and the
+//! lines themselves.
 
 use std::io::Write;
+use std::net::IpAddr;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
+use serde::ser::{Serialize, SerializeMap, Serializer};
+
+use crate::decide::Decision;
+
 /// Where decision and connection lines go.
 pub trait LogSink: Send + Sync + std::fmt::Debug {
-    fn line(&self, v: serde_json::Value);
+    fn line(&self, line: &Line<'_>);
+}
+
+/// One decision or connection line of a listener: the event and the
+/// sandbox (and run) it belongs to.
+///
+/// The frequent lines (a decision, a forwarded response, a closed tunnel)
+/// are typed and serialised field by field straight into the sink's
+/// buffer: no `serde_json::Value` tree per request. Their keys come out in
+/// the order a `serde_json::Value` object prints them (sorted), so a line
+/// reads exactly as it did when it was built as a `Value`
+/// (`typed_lines_print_as_their_value_did`). Rare lines (refusals before
+/// a decision, channels) are still built as a `Value`.
+#[derive(Debug)]
+pub struct Line<'a> {
+    pub(crate) sandbox: &'a str,
+    pub(crate) run: Option<&'a str>,
+    pub(crate) event: Event<'a>,
+}
+
+#[derive(Debug)]
+pub(crate) enum Event<'a> {
+    /// `egress_decision` for a CONNECT or a plain request.
+    Decision { kind: &'a str, d: &'a Decision },
+    /// `egress_response` of a forwarded request.
+    Response {
+        host: &'a str,
+        resolved_ip: IpAddr,
+        status: u16,
+        duration_ms: u64,
+        reused_connection: bool,
+    },
+    /// `egress_connection_closed` of a tunnel.
+    Closed {
+        host: Option<&'a str>,
+        port: u16,
+        resolved_ip: IpAddr,
+        bytes_up: u64,
+        bytes_down: u64,
+        duration_ms: u64,
+    },
+    /// Anything else, as an object (the sandbox and run are added to it).
+    Value(serde_json::Value),
+}
+
+impl Line<'_> {
+    /// The line as a JSON value (tests and sinks that add fields).
+    pub fn to_value(&self) -> serde_json::Value {
+        serde_json::to_value(self).unwrap_or(serde_json::Value::Null)
+    }
+}
+
+impl Line<'_> {
+    /// Appends the line as JSON to `out`, the same bytes as serialising it: the frequent
+    /// lines with their keys and fixed values copied as they are, only the values that vary
+    /// serialised (and escaped). On an error, `out` may hold part of the line.
+    pub fn write_json(&self, out: &mut Vec<u8>) -> serde_json::Result<()> {
+        fn val<T: Serialize + ?Sized>(out: &mut Vec<u8>, v: &T) -> serde_json::Result<()> {
+            serde_json::to_writer(&mut *out, v)
+        }
+        let run_and_sandbox = |out: &mut Vec<u8>| {
+            if let Some(r) = self.run {
+                out.extend_from_slice(br#","run":"#);
+                val(out, r)?;
+            }
+            out.extend_from_slice(br#","sandbox":"#);
+            val(out, self.sandbox)
+        };
+        match &self.event {
+            Event::Decision { kind, d } => {
+                out.extend_from_slice(if d.allow {
+                    br#"{"decision":"allow","event":"egress_decision","host":"#
+                } else {
+                    br#"{"decision":"deny","event":"egress_decision","host":"#
+                });
+                val(out, &d.host)?;
+                out.extend_from_slice(br#","kind":"#);
+                val(out, kind)?;
+                out.extend_from_slice(br#","port":"#);
+                val(out, &d.port)?;
+                out.extend_from_slice(br#","reason":"#);
+                val(out, d.reason)?;
+                out.extend_from_slice(br#","resolved":"#);
+                val(out, &d.resolved)?;
+                out.extend_from_slice(br#","rule":"#);
+                val(out, &d.rule)?;
+                run_and_sandbox(out)?;
+            }
+            Event::Response {
+                host,
+                resolved_ip,
+                status,
+                duration_ms,
+                reused_connection,
+            } => {
+                out.extend_from_slice(br#"{"duration_ms":"#);
+                val(out, duration_ms)?;
+                out.extend_from_slice(br#","event":"egress_response","host":"#);
+                val(out, host)?;
+                out.extend_from_slice(br#","resolved_ip":"#);
+                val(out, resolved_ip)?;
+                out.extend_from_slice(if *reused_connection {
+                    br#","reused_connection":true"#
+                } else {
+                    br#","reused_connection":false"#
+                });
+                run_and_sandbox(out)?;
+                out.extend_from_slice(br#","status":"#);
+                val(out, status)?;
+            }
+            Event::Closed {
+                host,
+                port,
+                resolved_ip,
+                bytes_up,
+                bytes_down,
+                duration_ms,
+            } => {
+                out.extend_from_slice(br#"{"bytes_down":"#);
+                val(out, bytes_down)?;
+                out.extend_from_slice(br#","bytes_up":"#);
+                val(out, bytes_up)?;
+                out.extend_from_slice(br#","duration_ms":"#);
+                val(out, duration_ms)?;
+                out.extend_from_slice(br#","event":"egress_connection_closed","host":"#);
+                val(out, host)?;
+                out.extend_from_slice(br#","kind":"connect","port":"#);
+                val(out, port)?;
+                out.extend_from_slice(br#","resolved_ip":"#);
+                val(out, resolved_ip)?;
+                run_and_sandbox(out)?;
+            }
+            Event::Value(_) => return val(out, self),
+        }
+        out.push(b'}');
+        Ok(())
+    }
+}
+
+impl Serialize for Line<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        // Keys in sorted order (what a `Value` object prints), `run` only when there is one.
+        let run = |m: &mut S::SerializeMap| match self.run {
+            Some(r) => m.serialize_entry("run", r),
+            None => Ok(()),
+        };
+        match &self.event {
+            Event::Decision { kind, d } => {
+                let mut m = s.serialize_map(None)?;
+                m.serialize_entry("decision", if d.allow { "allow" } else { "deny" })?;
+                m.serialize_entry("event", "egress_decision")?;
+                m.serialize_entry("host", &d.host)?;
+                m.serialize_entry("kind", kind)?;
+                m.serialize_entry("port", &d.port)?;
+                m.serialize_entry("reason", d.reason)?;
+                m.serialize_entry("resolved", &d.resolved)?;
+                m.serialize_entry("rule", &d.rule)?;
+                run(&mut m)?;
+                m.serialize_entry("sandbox", self.sandbox)?;
+                m.end()
+            }
+            Event::Response {
+                host,
+                resolved_ip,
+                status,
+                duration_ms,
+                reused_connection,
+            } => {
+                let mut m = s.serialize_map(None)?;
+                m.serialize_entry("duration_ms", duration_ms)?;
+                m.serialize_entry("event", "egress_response")?;
+                m.serialize_entry("host", host)?;
+                m.serialize_entry("resolved_ip", resolved_ip)?;
+                m.serialize_entry("reused_connection", reused_connection)?;
+                run(&mut m)?;
+                m.serialize_entry("sandbox", self.sandbox)?;
+                m.serialize_entry("status", status)?;
+                m.end()
+            }
+            Event::Closed {
+                host,
+                port,
+                resolved_ip,
+                bytes_up,
+                bytes_down,
+                duration_ms,
+            } => {
+                let mut m = s.serialize_map(None)?;
+                m.serialize_entry("bytes_down", bytes_down)?;
+                m.serialize_entry("bytes_up", bytes_up)?;
+                m.serialize_entry("duration_ms", duration_ms)?;
+                m.serialize_entry("event", "egress_connection_closed")?;
+                m.serialize_entry("host", host)?;
+                m.serialize_entry("kind", "connect")?;
+                m.serialize_entry("port", port)?;
+                m.serialize_entry("resolved_ip", resolved_ip)?;
+                run(&mut m)?;
+                m.serialize_entry("sandbox", self.sandbox)?;
+                m.end()
+            }
+            Event::Value(v) => {
+                let mut v = v.clone();
+                if let Some(o) = v.as_object_mut() {
+                    o.insert("sandbox".into(), self.sandbox.into());
+                    if let Some(r) = self.run {
+                        o.insert("run".into(), r.into());
+                    }
+                }
+                v.serialize(s)
+            }
+        }
+    }
 }
 
 /// Discards lines.
 #[derive(Debug, Default)]
 pub struct NullLog;
 impl LogSink for NullLog {
-    fn line(&self, _: serde_json::Value) {}
+    fn line(&self, _: &Line<'_>) {}
 }
 
 /// Keeps lines in memory (tests, and the `egress` field of results).
@@ -25,7 +242,8 @@ impl MemoryLog {
     }
 }
 impl LogSink for MemoryLog {
-    fn line(&self, v: serde_json::Value) {
+    fn line(&self, line: &Line<'_>) {
+        let v = line.to_value();
         if let Ok(mut l) = self.0.lock() {
             l.push(v);
         }
@@ -159,11 +377,14 @@ impl std::fmt::Debug for WriterLog {
 }
 
 impl LogSink for WriterLog {
-    fn line(&self, v: serde_json::Value) {
+    fn line(&self, v: &Line<'_>) {
         match &self.0 {
             Sink::Direct(w) => {
                 // The whole line first: one write, never one per JSON token.
-                let mut line = v.to_string().into_bytes();
+                let mut line = Vec::with_capacity(256);
+                if v.write_json(&mut line).is_err() {
+                    return;
+                }
                 line.push(b'\n');
                 if let Ok(mut w) = w.lock() {
                     let _ = w.write_all(&line);
@@ -183,8 +404,12 @@ impl LogSink for WriterLog {
                 }
                 // Serialised straight into the buffer: no allocation per
                 // line once the buffer has grown.
-                if serde_json::to_writer(&mut st.buf, &v).is_ok() {
+                let start = st.buf.len();
+                if v.write_json(&mut st.buf).is_ok() {
                     st.buf.push(b'\n');
+                } else {
+                    // Never half a line.
+                    st.buf.truncate(start);
                 }
             }
         }
@@ -195,6 +420,14 @@ impl LogSink for WriterLog {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    fn value_line(v: serde_json::Value) -> Line<'static> {
+        Line {
+            sandbox: "s",
+            run: None,
+            event: Event::Value(v),
+        }
+    }
 
     /// A writer whose bytes the test reads back, counting its writes.
     #[derive(Clone, Default)]
@@ -208,6 +441,104 @@ mod tests {
         }
         fn flush(&mut self) -> std::io::Result<()> {
             Ok(())
+        }
+    }
+
+    /// The typed lines print exactly as the `serde_json::Value` objects they replace did (the
+    /// same keys, values and order), with and without a run, for an allowed and a denied
+    /// decision, a response and a closed tunnel.
+    #[test]
+    fn typed_lines_print_as_their_value_did() {
+        let allowed = Decision {
+            allow: true,
+            reason: "allowed",
+            host: Some("api.example.org".into()),
+            port: Some(443),
+            rule: Some("*.example.org".into()),
+            resolved: vec![
+                "93.184.216.34".parse().unwrap(),
+                "2001:db8::1".parse().unwrap(),
+            ],
+        };
+        let denied = Decision {
+            allow: false,
+            reason: "no_matching_rule",
+            host: None,
+            port: None,
+            rule: None,
+            resolved: Vec::new(),
+        };
+        let ip: IpAddr = "10.0.0.7".parse().unwrap();
+        for run in [None, Some("run-1")] {
+            let with = |mut v: serde_json::Value| {
+                v["sandbox"] = json!("sb \"quoted\"");
+                if let Some(r) = run {
+                    v["run"] = json!(r);
+                }
+                v
+            };
+            let cases: Vec<(Event<'_>, serde_json::Value)> = vec![
+                (
+                    Event::Decision {
+                        kind: "connect",
+                        d: &allowed,
+                    },
+                    json!({"event": "egress_decision", "kind": "connect", "host": allowed.host,
+                        "port": allowed.port, "resolved": allowed.resolved, "rule": allowed.rule,
+                        "decision": "allow", "reason": "allowed"}),
+                ),
+                (
+                    Event::Decision {
+                        kind: "http",
+                        d: &denied,
+                    },
+                    json!({"event": "egress_decision", "kind": "http", "host": denied.host,
+                        "port": denied.port, "resolved": denied.resolved, "rule": denied.rule,
+                        "decision": "deny", "reason": "no_matching_rule"}),
+                ),
+                (
+                    Event::Response {
+                        host: "api.example.org:8080",
+                        resolved_ip: ip,
+                        status: 503,
+                        duration_ms: 12,
+                        reused_connection: true,
+                    },
+                    json!({"event": "egress_response", "host": "api.example.org:8080",
+                        "resolved_ip": ip, "status": 503, "duration_ms": 12,
+                        "reused_connection": true}),
+                ),
+                (
+                    Event::Closed {
+                        host: Some("api.example.org"),
+                        port: 443,
+                        resolved_ip: ip,
+                        bytes_up: 1 << 40,
+                        bytes_down: 7,
+                        duration_ms: 0,
+                    },
+                    json!({"event": "egress_connection_closed", "kind": "connect",
+                        "host": "api.example.org", "port": 443, "resolved_ip": ip,
+                        "bytes_up": 1u64 << 40, "bytes_down": 7, "duration_ms": 0}),
+                ),
+                (
+                    Event::Value(json!({"event": "egress_decision", "decision": "deny"})),
+                    json!({"event": "egress_decision", "decision": "deny"}),
+                ),
+            ];
+            for (event, old) in cases {
+                let line = Line {
+                    sandbox: "sb \"quoted\"",
+                    run,
+                    event,
+                };
+                let old = with(old);
+                assert_eq!(serde_json::to_string(&line).unwrap(), old.to_string());
+                let mut written = Vec::new();
+                line.write_json(&mut written).unwrap();
+                assert_eq!(String::from_utf8(written).unwrap(), old.to_string());
+                assert_eq!(line.to_value(), old);
+            }
         }
     }
 
@@ -226,7 +557,9 @@ mod tests {
                 let log = log.clone();
                 std::thread::spawn(move || {
                     for i in 0..5_000 {
-                        log.line(json!({"t": t, "i": i, "pad": "x".repeat(i % 500)}));
+                        log.line(&value_line(
+                            json!({"t": t, "i": i, "pad": "x".repeat(i % 500)}),
+                        ));
                     }
                 })
             })
@@ -250,7 +583,7 @@ mod tests {
         let out = Shared::default();
         let log = WriterLog::new(Box::new(out.clone()));
         for i in 0..10 {
-            log.line(json!({"i": i, "nested": {"a": [1, 2, 3]}}));
+            log.line(&value_line(json!({"i": i, "nested": {"a": [1, 2, 3]}})));
         }
         assert_eq!(out.0.lock().unwrap().1, 10, "one write per line");
     }
