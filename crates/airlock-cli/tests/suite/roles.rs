@@ -435,8 +435,8 @@ fn leader_gauge(port: u16) -> Option<String> {
 
 /// OPS-2: which worker node holds the scheduler lock is a Prometheus gauge
 /// on each node's metrics listener: `airlock_scheduler_leader 1` on the
-/// holder, `0` on the other; once the holder is SIGKILLed, the other shows
-/// 1. A web node, which runs no scheduler, shows no such gauge. Control:
+/// holder, `0` on the other; once the holder is SIGKILLed, the other
+/// shows `1`. A web node, which runs no scheduler, shows no such gauge. Control:
 /// the gauge agrees with the database's own view of who holds the
 /// advisory lock (the pid in `pg_stat_activity`), and it changes.
 fn ops_2_the_scheduler_holder_is_a_metric(who: Who) {
