@@ -613,6 +613,88 @@ mod tests {
         }
     }
 
+    /// Waits until `/proc/locks` shows a blocked `flock` request on the
+    /// file with inode `ino` (a reader or writer queued behind ours),
+    /// failing if `waiter` ends first (it did not wait for the lock).
+    fn wait_for_blocked_flock(ino: u64, waiter: &std::thread::JoinHandle<impl Sized>) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            let locks = std::fs::read_to_string("/proc/locks").unwrap();
+            if locks
+                .lines()
+                .any(|l| l.contains("-> FLOCK") && l.contains(&format!(":{ino} ")))
+            {
+                return;
+            }
+            assert!(!waiter.is_finished(), "it did not wait for the lock");
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no blocked request: {locks}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    }
+
+    /// Nodes sharing a checkpoint directory: while a writer holds the
+    /// file's lock half-way through a line, a reader waits and then reads
+    /// the whole line, and another writer waits and then appends after it
+    /// (never inside it). Control: a read that takes no lock, at the same
+    /// moment, sees the half line (so without the lock a reader would).
+    #[test]
+    fn aud_4_readers_and_writers_wait_for_a_writer_mid_line() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().unwrap();
+        let cps = Checkpoints::new(dir.path().join("keys"), None);
+        cps.append("ws_a", "one").unwrap();
+        let path = cps.file("ws_a");
+        let ino = std::fs::metadata(&path).unwrap().ino();
+        let f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .unwrap();
+        let mut held = Flock::lock(f, FlockArg::LockExclusive).unwrap();
+        held.write_all(b"{\"half\":").unwrap();
+        // Control: without the lock, the half line is there to be read.
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "one\n{\"half\":");
+        let reader = {
+            let cps = cps.clone();
+            std::thread::spawn(move || cps.read_text("ws_a", TAIL_BYTES).unwrap())
+        };
+        wait_for_blocked_flock(ino, &reader);
+        let writer = {
+            let cps = cps.clone();
+            std::thread::spawn(move || cps.append("ws_a", "two").unwrap())
+        };
+        // Two waiters now (the reader's and the writer's requests).
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while std::fs::read_to_string("/proc/locks")
+            .unwrap()
+            .lines()
+            .filter(|l| l.contains("-> FLOCK") && l.contains(&format!(":{ino} ")))
+            .count()
+            < 2
+        {
+            assert!(
+                !writer.is_finished(),
+                "the writer did not wait for the lock"
+            );
+            assert!(std::time::Instant::now() < deadline);
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        held.write_all(b"1}\n").unwrap();
+        drop(held);
+        let read = reader.join().unwrap();
+        writer.join().unwrap();
+        assert!(
+            read == "one\n{\"half\":1}\n" || read == "one\n{\"half\":1}\ntwo\n",
+            "{read:?}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            "one\n{\"half\":1}\ntwo\n"
+        );
+    }
+
     #[test]
     fn aud_4_append_after_a_torn_line_starts_a_new_line() {
         let dir = tempfile::tempdir().unwrap();
