@@ -515,7 +515,17 @@ pub fn remove_stale() -> Vec<StaleGroup> {
                 continue;
             }
             let path = e.path();
-            if !path.is_dir() {
+            let Ok(meta) = fs::symlink_metadata(&path) else {
+                continue;
+            };
+            if !meta.is_dir() {
+                continue;
+            }
+            // Another user's leftovers (a root broker's, seen by an
+            // unprivileged one sharing its cgroup) cannot be killed or
+            // removed from here: not ours to sweep.
+            let euid = nix::unistd::geteuid();
+            if !euid.is_root() && std::os::unix::fs::MetadataExt::uid(&meta) != euid.as_raw() {
                 continue;
             }
             let v2 = path.join("cgroup.kill").exists();
@@ -531,30 +541,39 @@ pub fn remove_stale() -> Vec<StaleGroup> {
                 }
             };
             cg.kill();
-            let mut error = None;
-            let mut removed = false;
-            for _ in 0..200 {
-                match fs::remove_dir(&path) {
-                    Ok(()) => {
-                        removed = true;
-                        break;
-                    }
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                        removed = true;
-                        break;
-                    }
-                    Err(e) => error = Some(e.to_string()),
-                }
-                std::thread::sleep(std::time::Duration::from_millis(5));
-            }
+            let (removed, error) = remove_group_dir(|| fs::remove_dir(&path), 200);
             out.push(StaleGroup {
                 path,
                 removed,
-                error: if removed { None } else { error },
+                error,
             });
         }
     }
     out
+}
+
+/// Removes a killed group's directory with `remove`, waiting (5 ms a try,
+/// at most `tries`) only while the kernel says it is busy (its processes
+/// still exiting). Any other refusal (no permission, say) is final at
+/// once: retrying it only delayed the first launch of a process by a
+/// second. Answers whether it is gone, and the last error if not.
+fn remove_group_dir(
+    mut remove: impl FnMut() -> std::io::Result<()>,
+    tries: u32,
+) -> (bool, Option<String>) {
+    let mut error = None;
+    for _ in 0..tries {
+        match remove() {
+            Ok(()) => return (true, None),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return (true, None),
+            Err(e) if e.raw_os_error() == Some(nix::libc::EBUSY) => {
+                error = Some(e.to_string());
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            Err(e) => return (false, Some(e.to_string())),
+        }
+    }
+    (false, error)
 }
 
 fn count_field(path: &Path, key: &str) -> u64 {
@@ -571,6 +590,51 @@ fn count_field(path: &Path, key: &str) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A stale group's directory is retried only while busy; a refusal
+    /// such as EACCES ends the attempt at once (it used to cost 200 tries,
+    /// a second, on an unprivileged broker's first launch). Control: a
+    /// busy directory that empties on the third try is removed.
+    #[test]
+    fn a_stale_group_is_retried_only_while_busy() {
+        let mut calls = 0;
+        let (removed, error) = remove_group_dir(
+            || {
+                calls += 1;
+                Err(std::io::Error::from_raw_os_error(nix::libc::EACCES))
+            },
+            200,
+        );
+        assert!(!removed);
+        assert!(error.is_some());
+        assert_eq!(calls, 1);
+
+        let mut calls = 0;
+        let (removed, error) = remove_group_dir(
+            || {
+                calls += 1;
+                if calls < 3 {
+                    Err(std::io::Error::from_raw_os_error(nix::libc::EBUSY))
+                } else {
+                    Ok(())
+                }
+            },
+            200,
+        );
+        assert!(removed && error.is_none());
+        assert_eq!(calls, 3);
+
+        let mut calls = 0;
+        let (removed, error) = remove_group_dir(
+            || {
+                calls += 1;
+                Err(std::io::Error::from_raw_os_error(nix::libc::EBUSY))
+            },
+            4,
+        );
+        assert!(!removed && error.is_some());
+        assert_eq!(calls, 4);
+    }
 
     #[test]
     fn sbx_4_only_our_group_names_yield_a_broker_pid() {

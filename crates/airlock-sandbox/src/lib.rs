@@ -52,6 +52,16 @@ pub fn return_large_blocks_to_the_system() -> bool {
     sys::fixed_mmap_threshold(1 << 20)
 }
 
+/// One malloc arena for the whole process unless `MALLOC_ARENA_MAX` says
+/// otherwise (the `sys` module has why): the binary calls this first
+/// thing, beside [`return_large_blocks_to_the_system`].
+pub fn one_malloc_arena() -> bool {
+    if std::env::var_os("MALLOC_ARENA_MAX").is_some() {
+        return false;
+    }
+    sys::limit_arenas(1)
+}
+
 /// The hidden first argument that turns the airlock binary into the sandbox
 /// init process. The binary's `main` must call [`init::main_if_requested`]
 /// before doing anything else (in particular before starting threads).

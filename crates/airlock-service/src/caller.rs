@@ -216,6 +216,8 @@ pub enum Operation {
     StopEmergency,
     ResumeEmergency,
     ReloadWorkers,
+    ManageWorkspace,
+    DeleteWorkspace,
 }
 
 impl Operation {
@@ -235,6 +237,8 @@ impl Operation {
             Self::StopEmergency => Permission::EmergencyStop,
             Self::ResumeEmergency => Permission::EmergencyResume,
             Self::ReloadWorkers => Permission::WorkersWrite,
+            Self::ManageWorkspace => Permission::WorkspaceManage,
+            Self::DeleteWorkspace => Permission::WorkspaceDelete,
         }
     }
 }

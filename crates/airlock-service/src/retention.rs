@@ -154,6 +154,10 @@ impl Service {
                 _ = stop.changed() => if *stop.borrow() { break },
             }
             wait = every;
+            // A deletion a crash interrupted is finished first.
+            if let Err(e) = self.resume_purges().await {
+                report("", Err(e));
+            }
             let workspaces = match self.store.workspaces_with_retention().await.svc() {
                 Ok(w) => w,
                 Err(e) => {
@@ -174,10 +178,39 @@ impl Service {
     }
 }
 
+/// The `workspace.purged` event: what the purge after a deletion removed.
+fn purged_event(removed: &std::collections::BTreeMap<String, u64>) -> AuditRecord {
+    AuditRecord::system("workspace.purged", None).with_metadata(json!({"removed": removed}))
+}
+
+impl Service {
+    /// Whether the caller may delete their workspace: `workspace.delete`,
+    /// and not the workspace of this server's local workers folder (which
+    /// [`Service::delete_workspace`] refuses). For a front end choosing
+    /// what to offer; the deletion checks again.
+    pub fn may_delete_workspace(&self, c: &Caller) -> bool {
+        c.may(crate::Operation::DeleteWorkspace) && c.workspace != self.cfg.workers_workspace
+    }
+
+    /// Finishes the purge of every deleted workspace a crash left with rows
+    /// (see `airlock_store::deletion`); answers how many were finished.
+    pub async fn resume_purges(&self) -> Result<usize> {
+        let pending = self.store.unpurged_workspaces().await.svc()?;
+        for ws in &pending {
+            self.store
+                .purge_workspace(ws, self.cfg.clock.now_ms(), purged_event)
+                .await
+                .svc()?;
+        }
+        Ok(pending.len())
+    }
+}
+
 impl Service {
     /// Deletes the caller's workspace `id` (`workspace.delete`): every row
-    /// it owns and every row derived from them, in one transaction with its
-    /// `workspace.deleted` audit event (see `airlock_store::deletion`). Its
+    /// it owns and every row derived from them — the cut in one transaction
+    /// with its `workspace.deleted` audit event, then the purge in short
+    /// steps ending with `workspace.purged` (see `airlock_store::deletion`). Its
     /// audit chain stays; blobs are left to `gc`. `confirm` must be the
     /// workspace's name. Refused while any of its runs has not ended
     /// (`workspace_busy`), and for the workspace the local workers folder
@@ -215,11 +248,16 @@ impl Service {
         let actor = c.audit_actor();
         let outcome = self
             .store
-            .delete_workspace(id, self.cfg.clock.now_ms(), |removed| {
-                AuditRecord::system("workspace.deleted", None)
-                    .with_actor(actor)
-                    .with_metadata(json!({"name": name, "removed": removed}))
-            })
+            .delete_workspace(
+                id,
+                self.cfg.clock.now_ms(),
+                |removed| {
+                    AuditRecord::system("workspace.deleted", None)
+                        .with_actor(actor.clone())
+                        .with_metadata(json!({"name": name, "removed": removed}))
+                },
+                |removed| purged_event(removed).with_actor(actor.clone()),
+            )
             .await
             .svc()?;
         match outcome {

@@ -216,6 +216,23 @@ impl Store {
         Ok(seq)
     }
 
+    /// A run queued again after its workload started (an idempotent run
+    /// requeued by the reaper or the drain, an `unknown` run retried)
+    /// starts its next attempt with no artifacts: the run's artifacts are
+    /// its last attempt's, never a mix of two. The rows go in the requeue's
+    /// transaction (its audit event counts them); the blobs stay for gc.
+    pub(crate) async fn drop_attempt_artifacts(
+        &self,
+        tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+        run_id: &str,
+    ) -> Result<u64> {
+        Ok(sqlx::query("DELETE FROM artifacts WHERE run_id = $1")
+            .bind(run_id)
+            .execute(&mut **tx)
+            .await?
+            .rows_affected())
+    }
+
     /// Records a published artifact under the token. A row of the same name
     /// left by an earlier attempt (killed during publication, then requeued
     /// as idempotent) is replaced: the run's artifacts are its last
@@ -350,14 +367,21 @@ impl Store {
                 tx.rollback().await?;
                 continue;
             }
+            let dropped = if state == RunState::Queued && started {
+                self.drop_attempt_artifacts(&mut tx, &id).await?
+            } else {
+                0
+            };
             self.audit_in(
                 &mut tx,
                 &ws,
                 AuditRecord::system("run.reaped", Some(&id))
                     .with_result(state.as_str())
-                    .with_metadata(
-                        serde_json::json!({"workload_started": started, "attempt": attempt}),
-                    ),
+                    .with_metadata(serde_json::json!({
+                        "workload_started": started,
+                        "attempt": attempt,
+                        "artifacts_dropped": dropped,
+                    })),
             )
             .await?;
             tx.commit().await?;
@@ -406,6 +430,7 @@ impl Store {
         .bind(run_id)
         .fetch_one(&mut *tx)
         .await?;
+        let mut dropped = 0;
         let (state, outcome_unknown) = if dispatched > 0 {
             sqlx::query(
                 "UPDATE runs SET state = 'awaiting_approval', lease_owner = NULL, lease_expires_at = NULL WHERE id = $1",
@@ -427,6 +452,9 @@ impl Store {
             .execute(&mut *tx)
             .await?;
             self.notify_queued(&mut tx, run_id).await?;
+            if started {
+                dropped = self.drop_attempt_artifacts(&mut tx, run_id).await?;
+            }
             (RunState::Queued, Vec::new())
         } else {
             sqlx::query(
@@ -461,6 +489,7 @@ impl Store {
                     "attempt": attempt,
                     "handed_back": state == RunState::Queued && !started,
                     "outcome_unknown": outcome_unknown,
+                    "artifacts_dropped": dropped,
                 })),
         )
         .await?;

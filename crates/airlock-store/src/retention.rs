@@ -59,7 +59,7 @@ impl RetentionRemoved {
 const ENDED: &str = "('succeeded', 'failed', 'timed_out', 'cancelled', 'blocked')";
 
 /// Runs removed per transaction: a long backlog goes in short steps.
-const RUNS_PER_STEP: i64 = 200;
+pub(crate) const RUNS_PER_STEP: i64 = 200;
 
 const DAY_MS: i64 = 86_400_000;
 
@@ -139,7 +139,7 @@ fn parts(s: &RetentionSettings) -> [Part; 4] {
 }
 
 /// Tables holding rows derived from a run, by `run_id`; the run goes last.
-const RUN_CHILDREN: &[&str] = &[
+pub(crate) const RUN_CHILDREN: &[&str] = &[
     "run_events",
     "artifacts",
     "agent_items",

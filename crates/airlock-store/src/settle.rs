@@ -71,6 +71,7 @@ impl Store {
             return self.settle_refusal(workspace, run_id).await;
         };
         let run = run_from_row(&row)?;
+        let dropped = self.drop_attempt_artifacts(&mut tx, run_id).await?;
         let by = actor_label(&audit_actor);
         self.run_event_in(
             &mut tx,
@@ -86,9 +87,11 @@ impl Store {
             AuditRecord::system("run.retried", Some(run_id))
                 .with_actor(audit_actor)
                 .with_result("queued")
-                .with_metadata(
-                    serde_json::json!({"reason": reason, "previous_attempt": run.attempt}),
-                ),
+                .with_metadata(serde_json::json!({
+                    "reason": reason,
+                    "previous_attempt": run.attempt,
+                    "artifacts_dropped": dropped,
+                })),
         )
         .await?;
         self.notify_queued(&mut tx, run_id).await?;

@@ -153,6 +153,10 @@ const SQLITE_MIGRATIONS: &[(i64, &str)] = &[
         8,
         include_str!("../migrations/shared/0008_login_throttles.sql"),
     ),
+    (
+        9,
+        include_str!("../migrations/shared/0009_workspace_purge.sql"),
+    ),
 ];
 const POSTGRES_MIGRATIONS: &[(i64, &str)] = &[
     (1, include_str!("../migrations/postgres/0001_init.sql")),
@@ -165,6 +169,10 @@ const POSTGRES_MIGRATIONS: &[(i64, &str)] = &[
     (
         8,
         include_str!("../migrations/shared/0008_login_throttles.sql"),
+    ),
+    (
+        9,
+        include_str!("../migrations/shared/0009_workspace_purge.sql"),
     ),
 ];
 
@@ -182,7 +190,7 @@ pub fn postgres_runtime_grants(role: &str) -> Option<String> {
 }
 
 /// The newest schema version this build knows.
-pub const SCHEMA_VERSION: i64 = 8;
+pub const SCHEMA_VERSION: i64 = 9;
 
 /// What [`Store::inspect`] found, without writing anything.
 #[derive(Debug, Clone, PartialEq, Eq)]

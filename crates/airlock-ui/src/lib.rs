@@ -23,6 +23,7 @@
 //! | [`workers`] | the catalog, a worker's page and its run form generated from the manifest |
 //! | [`approvals`] | the inbox, one approval's payload and decision, the emergency stop |
 //! | [`admin`] | secrets, members, API keys, the audit log |
+//! | [`workspace`] | the workspace's retention (settings, preview, a pass now) and its deletion |
 
 pub mod admin;
 pub mod approvals;
@@ -34,6 +35,7 @@ pub mod page;
 pub mod runs;
 pub mod session;
 pub mod workers;
+pub mod workspace;
 
 use airlock_api::AppState;
 use axum::Router;
@@ -49,4 +51,5 @@ pub fn router() -> Router<AppState> {
         .merge(workers::routes())
         .merge(approvals::routes())
         .merge(admin::routes())
+        .merge(workspace::routes())
 }

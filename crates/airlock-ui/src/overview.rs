@@ -7,7 +7,7 @@ use airlock_protocol::runs::{ListRuns, RunState};
 use airlock_service::Operation;
 use askama::Template;
 use axum::Router;
-use axum::extract::State;
+use axum::extract::{Query, State};
 use axum::response::Response;
 use axum::routing::get;
 
@@ -83,7 +83,17 @@ async fn active_rows(s: &AppState, v: &Viewer) -> Result<Vec<RunRow>, UiError> {
     runs_in(s, v, &states, 20).await
 }
 
-async fn overview(State(s): State<AppState>, v: Viewer) -> Result<Response, UiError> {
+#[derive(Debug, serde::Deserialize)]
+struct OverviewQuery {
+    #[serde(default)]
+    done: Option<String>,
+}
+
+async fn overview(
+    State(s): State<AppState>,
+    v: Viewer,
+    Query(q): Query<OverviewQuery>,
+) -> Result<Response, UiError> {
     let may_runs = v.caller.may(Operation::ReadRuns);
     let (mut active, mut pending, mut failures) = (Vec::new(), Vec::new(), Vec::new());
     if may_runs {
@@ -120,7 +130,14 @@ async fn overview(State(s): State<AppState>, v: Viewer) -> Result<Response, UiEr
             .collect();
     }
     Ok(render(&OverviewPage {
-        chrome: Chrome::load(&s, &v, Nav::Overview, "Overview").await,
+        chrome: Chrome::load(&s, &v, Nav::Overview, "Overview")
+            .await
+            .with_notice(match q.done.as_deref() {
+                Some("workspace-deleted") => {
+                    "The workspace was deleted. This is another of your workspaces."
+                }
+                _ => "",
+            }),
         may_runs,
         active,
         pending,

@@ -31,6 +31,7 @@ pub enum Nav {
     Members,
     Keys,
     Audit,
+    Workspace,
     Account,
     None,
 }
@@ -137,6 +138,9 @@ impl Chrome {
         }
         if c.may(Operation::ReadAudit) {
             items.push(item("/audit", "Audit", Nav::Audit, None));
+        }
+        if c.may(Operation::ManageWorkspace) {
+            items.push(item("/settings", "Workspace", Nav::Workspace, None));
         }
         Self {
             title: title.into(),

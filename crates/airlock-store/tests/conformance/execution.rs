@@ -224,3 +224,111 @@ async fn dur_2_drain_settles_a_held_run_by_the_reapers_rules(store: Store) {
     assert_eq!(audit.matches("\"run.drained\"").count(), 3, "{audit}");
 }
 both!(dur_2_drain_settles_a_held_run_by_the_reapers_rules);
+
+/// A run queued again after its workload started begins its next attempt
+/// with no artifacts, whichever path requeued it (the reaper, the drain, a
+/// person's retry of an `unknown` run): the run's artifacts are its last
+/// attempt's, so an attempt that writes fewer files does not inherit the
+/// earlier attempt's extra ones. Control: before each requeue the earlier
+/// attempt's artifacts are there, and a run that becomes `unknown` keeps
+/// them (they are what a person judges it by).
+async fn dur_2_a_requeued_attempt_starts_without_the_earlier_attempts_artifacts(store: Store) {
+    let artifact = |name: &str| Artifact {
+        name: name.into(),
+        digest: format!("sha256:{name}"),
+        size: 1,
+        media_type: "text/plain".into(),
+    };
+    let names = |store: Store, id: String| async move {
+        let mut v: Vec<String> = store
+            .artifacts(DEFAULT_WORKSPACE, &id)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|a| a.name)
+            .collect();
+        v.sort();
+        v
+    };
+    // One attempt: started, publishes `a` and `b`, lease `lease`.
+    let attempt = |store: Store, id: String, lease: Duration| async move {
+        let c = store.claim_run("n:1", lease, &id).await.unwrap().unwrap();
+        store.mark_workload_started(&id, c.token).await.unwrap();
+        for n in ["a", "b"] {
+            store
+                .add_artifact(&id, c.token, &artifact(n))
+                .await
+                .unwrap();
+        }
+        c.token
+    };
+
+    // The reaper.
+    let reaped = store.create_run(new_run("w")).await.unwrap().run;
+    attempt(store.clone(), reaped.id.clone(), Duration::from_millis(0)).await;
+    assert_eq!(names(store.clone(), reaped.id.clone()).await, ["a", "b"]);
+    std::thread::sleep(Duration::from_millis(5));
+    let out = store.reap_expired(&|_| true).await.unwrap();
+    assert_eq!(out, vec![(reaped.id.clone(), RunState::Queued)]);
+    assert!(names(store.clone(), reaped.id.clone()).await.is_empty());
+    // The next attempt writes only `a`: `b` is not the run's.
+    let c = store
+        .claim_run("n:2", Duration::from_secs(60), &reaped.id)
+        .await
+        .unwrap()
+        .unwrap();
+    store
+        .add_artifact(&reaped.id, c.token, &artifact("a"))
+        .await
+        .unwrap();
+    assert_eq!(names(store.clone(), reaped.id.clone()).await, ["a"]);
+
+    // The drain.
+    let drained = store.create_run(new_run("w")).await.unwrap().run;
+    let token = attempt(store.clone(), drained.id.clone(), Duration::from_secs(60)).await;
+    assert_eq!(names(store.clone(), drained.id.clone()).await, ["a", "b"]);
+    assert_eq!(
+        store
+            .settle_drained(&drained.id, token, true)
+            .await
+            .unwrap(),
+        RunState::Queued
+    );
+    assert!(names(store.clone(), drained.id.clone()).await.is_empty());
+
+    // A person's retry of an `unknown` run.
+    let unknown = store.create_run(new_run("w")).await.unwrap().run;
+    let token = attempt(store.clone(), unknown.id.clone(), Duration::from_secs(60)).await;
+    assert_eq!(
+        store
+            .settle_drained(&unknown.id, token, false)
+            .await
+            .unwrap(),
+        RunState::Unknown
+    );
+    assert_eq!(names(store.clone(), unknown.id.clone()).await, ["a", "b"]);
+    let retried = store
+        .retry_unknown(
+            DEFAULT_WORKSPACE,
+            &unknown.id,
+            airlock_audit::Actor::System,
+            Some("again"),
+        )
+        .await
+        .unwrap();
+    assert!(matches!(retried, Settled::Done(_)));
+    assert!(names(store.clone(), unknown.id.clone()).await.is_empty());
+
+    // Each requeue's audit event counts what went.
+    let audit = store
+        .audit_lines(DEFAULT_WORKSPACE)
+        .await
+        .unwrap()
+        .join("\n");
+    assert_eq!(
+        audit.matches("\"artifacts_dropped\":2").count(),
+        3,
+        "{audit}"
+    );
+}
+both!(dur_2_a_requeued_attempt_starts_without_the_earlier_attempts_artifacts);

@@ -417,9 +417,12 @@ async fn dur_7_deleting_a_workspace_removes_everything_it_owns_and_nothing_else(
     };
     assert!(before.iter().sum::<i64>() > 0);
     let r = store
-        .delete_workspace(WS_B, now_ms(), |_| {
-            AuditRecord::system("workspace.deleted", None)
-        })
+        .delete_workspace(
+            WS_B,
+            now_ms(),
+            |_| AuditRecord::system("workspace.deleted", None),
+            |_| AuditRecord::system("workspace.purged", None),
+        )
         .await
         .unwrap();
     assert_eq!(r, WorkspaceDeletion::Busy(1));
@@ -453,10 +456,18 @@ async fn dur_7_deleting_a_workspace_removes_everything_it_owns_and_nothing_else(
         v
     };
     let r = store
-        .delete_workspace(WS_B, now_ms(), |removed| {
-            AuditRecord::system("workspace.deleted", None)
-                .with_metadata(serde_json::json!({"removed": removed}))
-        })
+        .delete_workspace(
+            WS_B,
+            now_ms(),
+            |removed| {
+                AuditRecord::system("workspace.deleted", None)
+                    .with_metadata(serde_json::json!({"removed": removed}))
+            },
+            |removed| {
+                AuditRecord::system("workspace.purged", None)
+                    .with_metadata(serde_json::json!({"removed": removed}))
+            },
+        )
         .await
         .unwrap();
     let WorkspaceDeletion::Deleted(removed) = r else {
@@ -478,7 +489,13 @@ async fn dur_7_deleting_a_workspace_removes_everything_it_owns_and_nothing_else(
         );
     }
     let chain = kinds(&store.audit_lines(WS_B).await.unwrap());
-    assert_eq!(chain.last().map(String::as_str), Some("workspace.deleted"));
+    assert_eq!(
+        chain[chain.len() - 2..],
+        [
+            "workspace.deleted".to_string(),
+            "workspace.purged".to_string()
+        ]
+    );
     assert!(chain.len() > 5, "the chain stays: {chain:?}");
     assert!(matches!(
         store.create_run(run_in(WS_B, "w")).await,
@@ -487,7 +504,12 @@ async fn dur_7_deleting_a_workspace_removes_everything_it_owns_and_nothing_else(
     assert!(store.workspace_name(WS_B).await.unwrap().is_none());
     assert_eq!(
         store
-            .delete_workspace(WS_B, now_ms(), |_| AuditRecord::system("x", None))
+            .delete_workspace(
+                WS_B,
+                now_ms(),
+                |_| AuditRecord::system("x", None),
+                |_| AuditRecord::system("y", None)
+            )
             .await
             .unwrap(),
         WorkspaceDeletion::NotFound
@@ -499,6 +521,93 @@ async fn dur_7_deleting_a_workspace_removes_everything_it_owns_and_nothing_else(
         .unwrap();
 }
 both!(dur_7_deleting_a_workspace_removes_everything_it_owns_and_nothing_else);
+
+/// DUR-7: a deletion interrupted after its cut (a crash) leaves the
+/// workspace unreachable at once — no member, key or secret, no run can be
+/// queued, no name — with its runs still to purge; the purge, run again,
+/// finishes in steps of runs (450 runs: three steps) and ends with
+/// `purged_at` and one `workspace.purged` event; a second purge does
+/// nothing. Control: before the purge the runs and their events are
+/// there, and the other workspace is untouched throughout.
+async fn dur_7_an_interrupted_workspace_deletion_is_unreachable_and_its_purge_resumes(
+    store: Store,
+) {
+    store.ensure_workspace(WS_B, "b").await.unwrap();
+    for (ws, n) in [(DEFAULT_WORKSPACE, 5), (WS_B, 225)] {
+        for _ in 0..n {
+            ended(&store, ws, RunState::Succeeded, None).await;
+        }
+        upload(&store, ws, &format!("upl_{ws}"), &"ab".repeat(32)).await;
+    }
+    let other_before: Vec<i64> = {
+        let mut v = Vec::new();
+        for t in WORKSPACE_TABLES {
+            v.push(rows(&store, t, DEFAULT_WORKSPACE).await);
+        }
+        v
+    };
+    for _ in 0..225 {
+        ended(&store, WS_B, RunState::Failed, None).await;
+    }
+    let r = store
+        .cut_workspace(WS_B, now_ms(), |_| {
+            AuditRecord::system("workspace.deleted", None)
+        })
+        .await
+        .unwrap();
+    assert!(matches!(r, WorkspaceDeletion::Deleted(_)), "{r:?}");
+    // Unreachable at once.
+    assert!(store.workspace_name(WS_B).await.unwrap().is_none());
+    for t in ["memberships", "api_keys", "secrets", "data_keys"] {
+        assert_eq!(rows(&store, t, WS_B).await, 0, "{t}");
+    }
+    assert!(matches!(
+        store.create_run(run_in(WS_B, "w")).await,
+        Err(StoreError::NotFound)
+    ));
+    // Control: the runs and their events are still there to purge.
+    assert_eq!(rows(&store, "runs", WS_B).await, 450);
+    assert!(rows(&store, "run_events", WS_B).await >= 450);
+    assert_eq!(
+        store.unpurged_workspaces().await.unwrap(),
+        vec![WS_B.to_string()]
+    );
+
+    let removed = store
+        .purge_workspace(WS_B, now_ms(), |removed| {
+            AuditRecord::system("workspace.purged", None)
+                .with_metadata(serde_json::json!({"removed": removed}))
+        })
+        .await
+        .unwrap();
+    assert_eq!(removed["runs"], 450, "{removed:?}");
+    assert_eq!(removed["uploads"], 1, "{removed:?}");
+    for t in WORKSPACE_TABLES {
+        assert_eq!(rows(&store, t, WS_B).await, 0, "{t} kept rows");
+    }
+    assert!(store.unpurged_workspaces().await.unwrap().is_empty());
+    let again = store
+        .purge_workspace(WS_B, now_ms(), |_| AuditRecord::system("x", None))
+        .await
+        .unwrap();
+    assert!(again.is_empty(), "{again:?}");
+    let chain = kinds(&store.audit_lines(WS_B).await.unwrap());
+    assert_eq!(
+        chain[chain.len() - 2..],
+        [
+            "workspace.deleted".to_string(),
+            "workspace.purged".to_string()
+        ]
+    );
+    for (t, n) in WORKSPACE_TABLES.iter().zip(&other_before) {
+        assert_eq!(
+            rows(&store, t, DEFAULT_WORKSPACE).await,
+            *n,
+            "{t} of the other workspace"
+        );
+    }
+}
+both!(dur_7_an_interrupted_workspace_deletion_is_unreachable_and_its_purge_resumes);
 
 /// DUR-7 export: every column of a workspace table whose name says it
 /// holds key material or a credential (`sealed`, `wrapped`, `token_hash`,
