@@ -2,9 +2,18 @@
 //! signing key (`audit-signing.key` in the key directory, an Ed25519 seed,
 //! 0600, created on first use and never stored in the database) and one
 //! append-only JSON Lines file per workspace (`<dir>/<workspace>.jsonl`,
-//! `dir` = `<key dir>/checkpoints` unless configured, newest last, each
-//! line fsync'd). What a checkpoint says and how it is signed is
+//! `dir` = `<key dir>/checkpoints` unless configured, each line fsync'd).
+//! What a checkpoint says and how it is signed is
 //! `airlock_audit::checkpoint`; this module does the files and the store.
+//!
+//! Several nodes may share one checkpoint directory (and key directory) on
+//! a local file system: each line is appended by one `write` on an
+//! `O_APPEND` descriptor while the writer holds an exclusive `flock` on the
+//! file, and readers hold a shared one, so lines never interleave and a
+//! reader never sees half of one. Lines are not in sequence order: a node
+//! that read the chain earlier may append its (older) checkpoint after
+//! another node appended a newer one; readers take the highest sequence
+//! number, never the last line. Network file systems are not claimed.
 //!
 //! A checkpoint is only ever made over a chain that verifies from the
 //! previous checkpoint on (linking to its head), so nothing that changed
@@ -26,6 +35,7 @@ use airlock_audit::{GENESIS, Verifier};
 use airlock_protocol::Error;
 use airlock_protocol::audit::{AuditVerification, CheckpointMade, CheckpointUsed};
 use airlock_store::Store;
+use nix::fcntl::{Flock, FlockArg};
 use zeroize::Zeroizing;
 
 use crate::audit::{VERIFY_PAGE, verify_rows};
@@ -155,7 +165,7 @@ impl Checkpoints {
     /// `limit` bytes from its end (cut to whole lines).
     fn read_text(&self, workspace: &str, limit: u64) -> Result<String> {
         let path = self.file(workspace);
-        let mut f = match std::fs::OpenOptions::new()
+        let f = match std::fs::OpenOptions::new()
             .read(true)
             .custom_flags(nix::libc::O_NOFOLLOW)
             .open(&path)
@@ -164,12 +174,15 @@ impl Checkpoints {
             Err(e) if e.kind() == ErrorKind::NotFound => return Ok(String::new()),
             Err(e) => return Err(io(path.display(), e)),
         };
+        // Shared: no writer is half-way through a line while we read.
+        let mut f = lock(f, FlockArg::LockShared, &path)?;
         let len = f.metadata().map_err(|e| io(path.display(), e))?.len();
         let start = len.saturating_sub(limit);
         f.seek(SeekFrom::Start(start))
             .map_err(|e| io(path.display(), e))?;
         let mut bytes = Vec::new();
-        f.take(limit)
+        (&*f)
+            .take(limit)
             .read_to_end(&mut bytes)
             .map_err(|e| io(path.display(), e))?;
         if start > 0 {
@@ -218,7 +231,7 @@ impl Checkpoints {
             .map_err(|e| io(self.dir.display(), e))?;
         let path = self.file(workspace);
         let created = !path.exists();
-        let mut f = std::fs::OpenOptions::new()
+        let f = std::fs::OpenOptions::new()
             .read(true)
             .append(true)
             .create(true)
@@ -226,6 +239,9 @@ impl Checkpoints {
             .custom_flags(nix::libc::O_NOFOLLOW)
             .open(&path)
             .map_err(|e| io(path.display(), e))?;
+        // Exclusive from reading the last byte to the fsync: another node's
+        // append cannot land between the torn-line check and our write.
+        let mut f = lock(f, FlockArg::LockExclusive, &path)?;
         let len = f.metadata().map_err(|e| io(path.display(), e))?.len();
         let mut buf = Vec::with_capacity(line.len() + 2);
         if len > 0 {
@@ -239,7 +255,7 @@ impl Checkpoints {
         }
         buf.extend_from_slice(line.as_bytes());
         buf.push(b'\n');
-        // One write with O_APPEND: concurrent writers do not interleave lines.
+        // One write with O_APPEND, under the lock: lines never interleave.
         f.write_all(&buf)
             .and_then(|()| f.sync_all())
             .map_err(|e| io(path.display(), e))?;
@@ -250,6 +266,11 @@ impl Checkpoints {
         }
         Ok(())
     }
+}
+
+/// Waits for a `flock` of `op` on `f` (released when the result drops).
+fn lock(f: std::fs::File, op: FlockArg, path: &Path) -> Result<Flock<std::fs::File>> {
+    Flock::lock(f, op).map_err(|(_, e)| io(path.display(), std::io::Error::from(e)))
 }
 
 fn file_stem(workspace: &str) -> String {
@@ -590,6 +611,88 @@ mod tests {
             let v = verify_with_checkpoints(&store, ws, &cps).await.unwrap();
             assert_eq!((v.ok, v.first_bad_seq), (false, Some(bad)), "{name}: {v:?}");
         }
+    }
+
+    /// Waits until `/proc/locks` shows a blocked `flock` request on the
+    /// file with inode `ino` (a reader or writer queued behind ours),
+    /// failing if `waiter` ends first (it did not wait for the lock).
+    fn wait_for_blocked_flock(ino: u64, waiter: &std::thread::JoinHandle<impl Sized>) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            let locks = std::fs::read_to_string("/proc/locks").unwrap();
+            if locks
+                .lines()
+                .any(|l| l.contains("-> FLOCK") && l.contains(&format!(":{ino} ")))
+            {
+                return;
+            }
+            assert!(!waiter.is_finished(), "it did not wait for the lock");
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no blocked request: {locks}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    }
+
+    /// Nodes sharing a checkpoint directory: while a writer holds the
+    /// file's lock half-way through a line, a reader waits and then reads
+    /// the whole line, and another writer waits and then appends after it
+    /// (never inside it). Control: a read that takes no lock, at the same
+    /// moment, sees the half line (so without the lock a reader would).
+    #[test]
+    fn aud_4_readers_and_writers_wait_for_a_writer_mid_line() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().unwrap();
+        let cps = Checkpoints::new(dir.path().join("keys"), None);
+        cps.append("ws_a", "one").unwrap();
+        let path = cps.file("ws_a");
+        let ino = std::fs::metadata(&path).unwrap().ino();
+        let f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .unwrap();
+        let mut held = Flock::lock(f, FlockArg::LockExclusive).unwrap();
+        held.write_all(b"{\"half\":").unwrap();
+        // Control: without the lock, the half line is there to be read.
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "one\n{\"half\":");
+        let reader = {
+            let cps = cps.clone();
+            std::thread::spawn(move || cps.read_text("ws_a", TAIL_BYTES).unwrap())
+        };
+        wait_for_blocked_flock(ino, &reader);
+        let writer = {
+            let cps = cps.clone();
+            std::thread::spawn(move || cps.append("ws_a", "two").unwrap())
+        };
+        // Two waiters now (the reader's and the writer's requests).
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while std::fs::read_to_string("/proc/locks")
+            .unwrap()
+            .lines()
+            .filter(|l| l.contains("-> FLOCK") && l.contains(&format!(":{ino} ")))
+            .count()
+            < 2
+        {
+            assert!(
+                !writer.is_finished(),
+                "the writer did not wait for the lock"
+            );
+            assert!(std::time::Instant::now() < deadline);
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        held.write_all(b"1}\n").unwrap();
+        drop(held);
+        let read = reader.join().unwrap();
+        writer.join().unwrap();
+        assert!(
+            read == "one\n{\"half\":1}\n" || read == "one\n{\"half\":1}\ntwo\n",
+            "{read:?}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            "one\n{\"half\":1}\ntwo\n"
+        );
     }
 
     #[test]

@@ -1,9 +1,10 @@
 //! Process-wide counters for Prometheus (API-7): sandbox launches, run
-//! outcomes and durations, egress decisions, quota refusals. Plain atomics,
+//! outcomes and durations, egress decisions, quota refusals, and whether
+//! this process holds the scheduler lock (OPS-2). Plain atomics,
 //! rendered with the database's gauges by [`Service::metrics`]; front ends
 //! append their own (HTTP rate limits).
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 
 use std::fmt::Write;
 
@@ -32,6 +33,22 @@ pub struct Counters {
     pub rejected_quota: AtomicU64,
     /// Quota units that could not be given back after a failed creation.
     pub quota_give_back_failed: AtomicU64,
+    /// The scheduler of this process (OPS-2): [`SCHEDULER_NONE`],
+    /// [`SCHEDULER_WAITING`] or [`SCHEDULER_LEADER`].
+    pub scheduler: AtomicU8,
+}
+
+/// This process runs no scheduler (a web node): no gauge is shown.
+pub const SCHEDULER_NONE: u8 = 0;
+/// This process runs a scheduler that does not hold the lock.
+pub const SCHEDULER_WAITING: u8 = 1;
+/// This process holds the scheduler lock (on SQLite: always, while its
+/// scheduler runs).
+pub const SCHEDULER_LEADER: u8 = 2;
+
+/// Records what this process's scheduler is now.
+pub fn scheduler_state(state: u8) {
+    COUNTERS.scheduler.store(state, Ordering::Relaxed);
 }
 
 /// The terminal states, in the order of `Counters::finished`.
@@ -53,6 +70,7 @@ pub static COUNTERS: Counters = Counters {
     duration_ms_sum: AtomicU64::new(0),
     rejected_quota: AtomicU64::new(0),
     quota_give_back_failed: AtomicU64::new(0),
+    scheduler: AtomicU8::new(SCHEDULER_NONE),
 };
 
 /// Records one finished run.
@@ -176,5 +194,39 @@ fn render(by_state: &[(String, i64)]) -> String {
         "airlock_quota_refused_total {}",
         COUNTERS.rejected_quota.load(Ordering::Relaxed)
     );
+    render_scheduler(&mut out, COUNTERS.scheduler.load(Ordering::Relaxed));
     out
+}
+
+/// `airlock_scheduler_leader`: 1 on the process holding the scheduler
+/// lock, 0 on one whose scheduler waits for it, absent where none runs.
+fn render_scheduler(out: &mut String, state: u8) {
+    let value = match state {
+        SCHEDULER_LEADER => 1,
+        SCHEDULER_WAITING => 0,
+        _ => return,
+    };
+    let _ = writeln!(
+        out,
+        "# HELP airlock_scheduler_leader Whether this process holds the scheduler lock (1) or waits for it (0)."
+    );
+    let _ = writeln!(out, "# TYPE airlock_scheduler_leader gauge");
+    let _ = writeln!(out, "airlock_scheduler_leader {value}");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ops_2_scheduler_gauge_shows_the_lock_state_and_nothing_without_a_scheduler() {
+        let text = |state| {
+            let mut out = String::new();
+            render_scheduler(&mut out, state);
+            out
+        };
+        assert!(text(SCHEDULER_LEADER).ends_with("airlock_scheduler_leader 1\n"));
+        assert!(text(SCHEDULER_WAITING).ends_with("airlock_scheduler_leader 0\n"));
+        assert_eq!(text(SCHEDULER_NONE), "");
+    }
 }

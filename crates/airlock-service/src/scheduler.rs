@@ -247,6 +247,7 @@ impl Service {
         let holder = format!("{}:{}", self.cfg.node_id, std::process::id());
         let mut lock: Option<airlock_store::SchedulerLock> = None;
         let mut next_try = tokio::time::Instant::now();
+        crate::metrics::scheduler_state(crate::metrics::SCHEDULER_WAITING);
         loop {
             if *stop.borrow() {
                 break;
@@ -255,12 +256,14 @@ impl Service {
                 && !l.still_held().await
             {
                 lock = None;
+                crate::metrics::scheduler_state(crate::metrics::SCHEDULER_WAITING);
                 tracing::warn!(target: "airlock::scheduler", event = "scheduler_lock_lost", holder = %holder);
             }
             if lock.is_none() && tokio::time::Instant::now() >= next_try {
                 match self.store.try_scheduler_lock(&holder).await {
                     Ok(Some(l)) => {
                         lock = Some(l);
+                        crate::metrics::scheduler_state(crate::metrics::SCHEDULER_LEADER);
                         tracing::info!(target: "airlock::scheduler", event = "scheduler_lock_acquired", holder = %holder);
                     }
                     Ok(None) => next_try = tokio::time::Instant::now() + LOCK_RETRY,
@@ -313,6 +316,7 @@ impl Service {
         if let Some(l) = lock {
             l.release().await;
         }
+        crate::metrics::scheduler_state(crate::metrics::SCHEDULER_NONE);
     }
 
     /// Who holds the scheduler lock (`node:pid`), on PostgreSQL.

@@ -1,5 +1,6 @@
 //! Operations (OPS-3): the backup and restore procedure of
-//! docs/operations.md, performed as written, on SQLite.
+//! docs/operations.md, performed as written, on SQLite and on PostgreSQL
+//! with two roles.
 
 use std::path::Path;
 use std::process::Command;
@@ -26,22 +27,29 @@ fn sh(cmd: &mut Command) {
     );
 }
 
-/// Where the drill keeps its database.
-enum Db {
-    Sqlite,
-    /// A PostgreSQL database of the drill's own (dropped at the end).
-    Postgres(String),
+/// The two PostgreSQL roles of README's "PostgreSQL with two roles"
+/// (AUD-3), named for this test process: the owner, which owns the tables
+/// and migrates, and the runtime role the server connects as. Dropped at
+/// the end (after the databases, which are declared after them).
+struct PgRoles {
+    owner: String,
+    runtime: String,
 }
 
-const PG_HOST: [&str; 4] = ["-h", "127.0.0.1", "-U", "postgres"];
-
-impl Db {
-    /// A fresh PostgreSQL database named for this process and `tag`.
-    fn postgres(tag: &str) -> Option<Self> {
-        let name = format!("airlock_drill_{}_{tag}", std::process::id());
+impl PgRoles {
+    fn new() -> Option<Self> {
+        let pid = std::process::id();
+        let (owner, runtime) = (
+            format!("airlock_drill_owner_{pid}"),
+            format!("airlock_drill_runtime_{pid}"),
+        );
         let ok = Command::new("psql")
             .args(PG_HOST)
-            .args(["-qc", &format!("CREATE DATABASE {name}")])
+            .args(["-v", "ON_ERROR_STOP=1", "-q"])
+            .args(["-c", &format!("DROP ROLE IF EXISTS {owner}")])
+            .args(["-c", &format!("DROP ROLE IF EXISTS {runtime}")])
+            .args(["-c", &format!("CREATE ROLE {owner} LOGIN")])
+            .args(["-c", &format!("CREATE ROLE {runtime} LOGIN")])
             .status()
             .is_ok_and(|s| s.success());
         if !ok {
@@ -51,25 +59,199 @@ impl Db {
             );
             return None;
         }
-        Some(Self::Postgres(name))
+        Some(Self { owner, runtime })
     }
+}
+
+impl Drop for PgRoles {
+    fn drop(&mut self) {
+        for r in [&self.runtime, &self.owner] {
+            let _ = Command::new("psql")
+                .args(PG_HOST)
+                .args(["-qc", &format!("DROP ROLE IF EXISTS {r}")])
+                .status();
+        }
+    }
+}
+
+/// Where the drill keeps its database.
+enum Db {
+    Sqlite,
+    /// A PostgreSQL database of the drill's own (dropped at the end),
+    /// owned by `owner`; airlock connects as `runtime`.
+    Postgres {
+        name: String,
+        owner: String,
+        runtime: String,
+    },
+}
+
+const PG_HOST: [&str; 4] = ["-h", "127.0.0.1", "-U", "postgres"];
+
+impl Db {
+    /// A fresh, empty PostgreSQL database named for this process and
+    /// `tag`, owned by the owner role (README: `CREATE DATABASE airlock
+    /// OWNER airlock_owner`).
+    fn postgres(tag: &str, roles: &PgRoles) -> Option<Self> {
+        let name = format!("airlock_drill_{}_{tag}", std::process::id());
+        let ok = Command::new("psql")
+            .args(PG_HOST)
+            .args([
+                "-qc",
+                &format!("CREATE DATABASE {name} OWNER {}", roles.owner),
+            ])
+            .status()
+            .is_ok_and(|s| s.success());
+        if !ok {
+            assert!(
+                std::env::var("AIRLOCK_TEST_SKIP_POSTGRES").is_ok(),
+                "PostgreSQL at 127.0.0.1:5432 is required"
+            );
+            return None;
+        }
+        Some(Self::Postgres {
+            name,
+            owner: roles.owner.clone(),
+            runtime: roles.runtime.clone(),
+        })
+    }
+    /// What airlock connects as: on PostgreSQL the runtime role.
     fn url(&self) -> Option<String> {
         match self {
             Db::Sqlite => None,
-            Db::Postgres(n) => Some(format!("postgres://postgres@127.0.0.1:5432/{n}")),
+            Db::Postgres { name, runtime, .. } => {
+                Some(format!("postgres://{runtime}@127.0.0.1:5432/{name}"))
+            }
+        }
+    }
+    /// The owner's connection (migrations, grants, backup, restore).
+    fn owner_url(&self) -> Option<String> {
+        match self {
+            Db::Sqlite => None,
+            Db::Postgres { name, owner, .. } => {
+                Some(format!("postgres://{owner}@127.0.0.1:5432/{name}"))
+            }
         }
     }
 }
 
 impl Drop for Db {
     fn drop(&mut self) {
-        if let Db::Postgres(n) = self {
+        if let Db::Postgres { name, .. } = self {
             let _ = Command::new("psql")
                 .args(PG_HOST)
-                .args(["-qc", &format!("DROP DATABASE IF EXISTS {n} WITH (FORCE)")])
+                .args([
+                    "-qc",
+                    &format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"),
+                ])
                 .status();
         }
     }
+}
+
+/// README's two-role steps, as the owner: `airlock admin migrate`, then
+/// `airlock admin pg-runtime-grants --role RUNTIME | psql OWNER_URL -v
+/// ON_ERROR_STOP=1` (the grants of
+/// `crates/airlock-store/sql/postgres_runtime_role.sql`). After a restore
+/// only the grants are needed (`migrate` finds the schema current).
+fn pg_owner_setup(env: &Env, db: &Db, migrate: bool) {
+    let (Some(owner_url), Db::Postgres { runtime, .. }) = (db.owner_url(), db) else {
+        return;
+    };
+    if migrate {
+        let out = env
+            .cmd()
+            .env("AIRLOCK_DATABASE_URL", &owner_url)
+            .args(["admin", "migrate"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "admin migrate: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let grants = env
+        .cmd()
+        .args(["admin", "pg-runtime-grants", "--role", runtime])
+        .output()
+        .unwrap();
+    assert!(grants.status.success());
+    let mut psql = Command::new("psql")
+        .args([owner_url.as_str(), "-v", "ON_ERROR_STOP=1", "-q"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(&mut psql.stdin.take().unwrap(), &grants.stdout).unwrap();
+    let out = psql.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "the grants: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// `psql URL -c SQL`: success, and what it printed on stderr.
+fn psql_as(url: &str, sql: &str) -> (bool, String) {
+    let out = Command::new("psql")
+        .args([url, "-v", "ON_ERROR_STOP=1", "-qAtc", sql])
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
+    )
+}
+
+/// After the restore, the two roles are as before: every table is the
+/// owner's (`--no-owner --role=OWNER`), and the runtime role is refused
+/// UPDATE, DELETE and TRUNCATE of the audit log, dropping or disabling its
+/// triggers; the log is unchanged. Control: the owner can disable the
+/// triggers and delete and truncate (in a transaction rolled back).
+fn check_roles_after_restore(db: &Db) {
+    let (Some(rt), Some(owner_url), Db::Postgres { owner, .. }) = (db.url(), db.owner_url(), db)
+    else {
+        return;
+    };
+    let (ok, tables) = psql_as(
+        &owner_url,
+        "SELECT tablename || ':' || tableowner FROM pg_tables WHERE schemaname = 'public' ORDER BY 1",
+    );
+    assert!(ok, "{tables}");
+    assert!(tables.lines().count() > 10, "{tables}");
+    for line in tables.lines() {
+        assert!(
+            line.ends_with(&format!(":{owner}")),
+            "not the owner's: {line}"
+        );
+    }
+    let count = |url: &str| psql_as(url, "SELECT count(*) || ':' || max(seq) FROM audit_events");
+    let (ok, before) = count(&rt);
+    assert!(ok, "the runtime role reads the log: {before}");
+    for sql in [
+        "UPDATE audit_events SET line = 'x' WHERE seq = 1",
+        "DELETE FROM audit_events WHERE seq = 1",
+        "TRUNCATE audit_events",
+        "DROP TRIGGER audit_events_no_update_delete ON audit_events",
+        "ALTER TABLE audit_events DISABLE TRIGGER USER",
+    ] {
+        let (ok, err) = psql_as(&rt, sql);
+        assert!(!ok, "the runtime role did {sql}");
+        assert!(
+            err.contains("permission denied") || err.contains("must be owner"),
+            "{sql}: {err}"
+        );
+    }
+    assert_eq!(count(&rt), (true, before.clone()), "the log is unchanged");
+    // Control: what the runtime role is refused, the owner can do.
+    let (ok, err) = psql_as(
+        &owner_url,
+        "BEGIN; ALTER TABLE audit_events DISABLE TRIGGER USER;          DELETE FROM audit_events WHERE seq = 1; TRUNCATE audit_events; ROLLBACK;",
+    );
+    assert!(ok, "the owner: {err}");
+    assert_eq!(count(&rt), (true, before), "rolled back");
 }
 
 /// `airlock` in `env` on `db`.
@@ -126,10 +308,11 @@ fn backup(env: &Env, db: &Db, to: &Path) {
         None => sh(Command::new("sqlite3")
             .arg(env.data.join("airlock.db"))
             .arg(format!(".backup '{}'", to.join("airlock.db").display()))),
-        Some(url) => sh(Command::new("pg_dump")
+        // As the owner, so the triggers and grants come along.
+        Some(_) => sh(Command::new("pg_dump")
             .arg("--format=custom")
             .arg(format!("--file={}", to.join("airlock.pgdump").display()))
-            .arg(url)),
+            .args(db.owner_url())),
     }
     std::fs::create_dir_all(to.join("data")).unwrap();
     for d in ["artifacts", "uploads", "runs"] {
@@ -158,10 +341,20 @@ fn restore(env: &Env, db: &Db, from: &Path, with_keys: bool) {
         None => sh(Command::new("cp")
             .arg(from.join("airlock.db"))
             .arg(env.data.join("airlock.db"))),
-        Some(url) => sh(Command::new("pg_restore")
-            .arg("--no-owner")
-            .arg(format!("--dbname={url}"))
-            .arg(from.join("airlock.pgdump"))),
+        // Into the new empty database owned by the owner role, as that
+        // role; then the runtime role's grants again.
+        Some(_) => {
+            let Db::Postgres { owner, .. } = db else {
+                unreachable!("a URL is PostgreSQL")
+            };
+            sh(Command::new("pg_restore")
+                .arg("--no-owner")
+                .arg(format!("--role={owner}"))
+                .arg("--exit-on-error")
+                .arg(format!("--dbname={}", db.owner_url().unwrap_or_default()))
+                .arg(from.join("airlock.pgdump")));
+            pg_owner_setup(env, db, false);
+        }
     }
     for e in std::fs::read_dir(from.join("data")).unwrap() {
         sh(Command::new("cp")
@@ -181,6 +374,7 @@ fn restore(env: &Env, db: &Db, from: &Path, with_keys: bool) {
 /// put the database (on SQLite, the data directory's file each time).
 fn drill(db: &Db, control: &Db, real: &Db) {
     let env = Env::new(Who::Invoker);
+    pg_owner_setup(&env, db, true);
     env.sh_worker(
         "drill",
         "[secrets]\nnames = [\"DRILL_TOKEN\"]\n[outputs.digest]\ntype = \"string\"\n",
@@ -262,6 +456,7 @@ fn drill(db: &Db, control: &Db, real: &Db) {
     assert_eq!(c, "200");
     assert!(body == expected_artifact().as_bytes(), "byte for byte");
     drop(s);
+    check_roles_after_restore(real);
 }
 
 #[test]
@@ -276,13 +471,19 @@ fn ops_3_restore_drill_on_sqlite() {
     drill(&Db::Sqlite, &Db::Sqlite, &Db::Sqlite);
 }
 
-/// The same drill with `pg_dump` / `pg_restore` into new databases.
+/// The same drill on PostgreSQL with the two roles of README (AUD-3), as
+/// docs/operations.md says: the owner migrates and grants, the server and
+/// every command run as the runtime role; `pg_dump` as the owner;
+/// `pg_restore --no-owner --role=OWNER` into new databases owned by the
+/// owner, the grants applied again. Afterwards the runtime role is still
+/// refused changing the audit log (control: the owner can).
 #[test]
 fn ops_3_restore_drill_on_postgresql() {
+    let Some(roles) = PgRoles::new() else { return };
     let (Some(db), Some(control), Some(real)) = (
-        Db::postgres("source"),
-        Db::postgres("control"),
-        Db::postgres("real"),
+        Db::postgres("source", &roles),
+        Db::postgres("control", &roles),
+        Db::postgres("real", &roles),
     ) else {
         return;
     };

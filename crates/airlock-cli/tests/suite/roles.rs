@@ -14,7 +14,7 @@ use crate::suite::runs::{Env, PgDb, Server};
 use crate::suite::support::*;
 
 /// One `airlock serve --role worker` process (no HTTP listener).
-struct Node {
+pub(crate) struct Node {
     child: Child,
     log: PathBuf,
 }
@@ -22,19 +22,24 @@ struct Node {
 impl Node {
     /// Started and ready (its `{"event":"ready"}` line printed).
     fn worker(env: &Env, url: &str, n: usize) -> Self {
+        Self::worker_with(env, url, n, &[])
+    }
+    /// [`Node::worker`] with more environment.
+    pub(crate) fn worker_with(env: &Env, url: &str, n: usize, extra: &[(&str, &str)]) -> Self {
         let log = env.root().join(format!("worker-{n}.log"));
         let out = std::fs::File::create(&log).unwrap();
         let err = out.try_clone().unwrap();
-        let child = env
-            .cmd()
-            .args(["serve", "--role", "worker"])
+        let mut cmd = env.cmd();
+        cmd.args(["serve", "--role", "worker"])
             .env("AIRLOCK_DATABASE_URL", url)
             .env("AIRLOCK_MAX_CONCURRENT", "4")
             .env("AIRLOCK_LEASE_MS", "3000")
             .stdout(out)
-            .stderr(err)
-            .spawn()
-            .unwrap();
+            .stderr(err);
+        for (k, v) in extra {
+            cmd.env(k, v);
+        }
+        let child = cmd.spawn().unwrap();
         let node = Self { child, log };
         let deadline = Instant::now() + Duration::from_secs(30);
         while !node.text().contains(r#""event":"ready""#) {
@@ -47,13 +52,13 @@ impl Node {
         }
         node
     }
-    fn text(&self) -> String {
+    pub(crate) fn text(&self) -> String {
         String::from_utf8_lossy(&std::fs::read(&self.log).unwrap_or_default()).into_owned()
     }
-    fn pid(&self) -> u32 {
+    pub(crate) fn pid(&self) -> u32 {
         self.child.id()
     }
-    fn kill9(&mut self) {
+    pub(crate) fn kill9(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -403,4 +408,97 @@ fn cli_1_sqlite_refuses_a_second_worker_process(who: Who) {
 #[test]
 fn cli_1_sqlite_refuses_a_second_worker_process_as_invoker() {
     cli_1_sqlite_refuses_a_second_worker_process(Who::Invoker);
+}
+
+/// A free loopback port (bound, then released for the process to take).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// The value of `airlock_scheduler_leader` on a metrics listener, `None`
+/// when the text has no such line (or nothing answers yet).
+fn leader_gauge(port: u16) -> Option<String> {
+    let out = Command::new("curl")
+        .args(["-s", "--max-time", "5"])
+        .arg(format!("http://127.0.0.1:{port}/metrics"))
+        .output()
+        .ok()?;
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("airlock_scheduler_leader "))
+        .map(str::to_string)
+}
+
+/// OPS-2: which worker node holds the scheduler lock is a Prometheus gauge
+/// on each node's metrics listener: `airlock_scheduler_leader 1` on the
+/// holder, `0` on the other; once the holder is SIGKILLed, the other
+/// shows `1`. A web node, which runs no scheduler, shows no such gauge. Control:
+/// the gauge agrees with the database's own view of who holds the
+/// advisory lock (the pid in `pg_stat_activity`), and it changes.
+fn ops_2_the_scheduler_holder_is_a_metric(who: Who) {
+    let Some(db) = PgDb::new() else { return };
+    let env = Env::new(who);
+    env.sh_worker("w", "", "echo '{}' > /airlock/output/result.json\n");
+    let url = db.url();
+    let ports = [free_port(), free_port()];
+    let mut nodes: Vec<Node> = ports
+        .iter()
+        .enumerate()
+        .map(|(n, p)| {
+            let listen = format!("127.0.0.1:{p}");
+            Node::worker_with(&env, &url, n, &[("AIRLOCK_METRICS_LISTEN", &listen)])
+        })
+        .collect();
+    // Both gauges settle: one holder, one waiting.
+    let settled = |want: &[&str]| {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let got: Vec<Option<String>> = ports.iter().map(|p| leader_gauge(*p)).collect();
+            let mut sorted: Vec<&str> = got.iter().map(|g| g.as_deref().unwrap_or("-")).collect();
+            sorted.sort();
+            if sorted == want {
+                return got;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "gauges never became {want:?}: {got:?}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    let got = settled(&["0", "1"]);
+    let i = got.iter().position(|g| g.as_deref() == Some("1")).unwrap();
+    assert_eq!(
+        lock_holder(&url),
+        Some(nodes[i].pid()),
+        "the gauge names the node the database says holds the lock"
+    );
+    // A web node runs no scheduler: no gauge at all.
+    let web = Server::start_with(&env, WEB, &[("AIRLOCK_DATABASE_URL", &url)]);
+    let (code, text) = web.request("GET", "/metrics", None, &[]);
+    assert_eq!(code, 200, "{text}");
+    assert!(text.contains("airlock_queue_depth"), "{text}");
+    assert!(!text.contains("airlock_scheduler_leader"), "{text}");
+    // The holder dies; the other node takes the lock and says so.
+    nodes[i].kill9();
+    let other = 1 - i;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while leader_gauge(ports[other]).as_deref() != Some("1") {
+        assert!(
+            Instant::now() < deadline,
+            "the survivor never showed 1: {:?}",
+            leader_gauge(ports[other])
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(lock_holder(&url), Some(nodes[other].pid()));
+}
+
+#[test]
+fn ops_2_the_scheduler_holder_is_a_metric_as_invoker() {
+    ops_2_the_scheduler_holder_is_a_metric(Who::Invoker);
 }

@@ -22,6 +22,10 @@ pub(crate) struct Env {
     api_key: std::sync::Mutex<Option<String>>,
     /// Files holding the stdout and stderr of every server started here.
     server_logs: std::sync::Mutex<Vec<PathBuf>>,
+    /// When set, [`Env::cmd`] runs `setpriv ARGS -- airlock` (a systemd
+    /// unit's user and capability settings; `cli::systemd`) instead of
+    /// running airlock as `who`.
+    setpriv: std::sync::Mutex<Option<Vec<String>>>,
 }
 
 impl Env {
@@ -36,6 +40,7 @@ impl Env {
             workers,
             api_key: std::sync::Mutex::new(None),
             server_logs: std::sync::Mutex::new(Vec::new()),
+            setpriv: std::sync::Mutex::new(None),
             _root: root,
         }
     }
@@ -62,10 +67,26 @@ impl Env {
         env
     }
     pub(crate) fn cmd(&self) -> Command {
-        let mut c = airlock(self.who);
+        let mut c = match self.setpriv.lock().unwrap().as_ref() {
+            None => airlock(self.who),
+            Some(args) => {
+                let mut c = Command::new("setpriv");
+                c.args(args).arg("--").arg(airlock_bin());
+                c.env("OPENAI_API_KEY", SENTINEL)
+                    .env("AIRLOCK_TEST_SENTINEL", SENTINEL)
+                    .env("LD_PRELOAD", "")
+                    .current_dir("/");
+                c
+            }
+        };
         c.env("AIRLOCK_DATA_DIR", &self.data)
             .env("AIRLOCK_WORKERS_DIR", &self.workers);
         c
+    }
+    /// Runs what [`Env::cmd`] starts from now on under `setpriv ARGS`
+    /// (`None`: as `who` again).
+    pub(crate) fn set_setpriv(&self, args: Option<Vec<String>>) {
+        *self.setpriv.lock().unwrap() = args;
     }
     /// A `sh` worker with `script` as its entry.
     pub(crate) fn sh_worker(&self, id: &str, extra_toml: &str, script: &str) {
