@@ -150,15 +150,8 @@ impl From<Error> for ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = status_of(self.0.code);
-        // A server error's message stays in the log, except the blob
-        // store's refusal, which names the store and nothing of its client
-        // (the service writes it that way).
-        let message = if status.is_server_error() && self.0.code != ErrorCode::BlobStoreUnavailable
-        {
-            "internal error".to_string()
-        } else {
-            self.0.message
-        };
+        // A server failure's detail stays in the log (`public_message`).
+        let message = self.0.public_message().to_string();
         let body = ErrorBody {
             error: ErrorDetail {
                 code: self.0.code,

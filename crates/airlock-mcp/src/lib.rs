@@ -153,7 +153,7 @@ fn tool_of(spec: &tools::ToolSpec) -> Tool {
 }
 
 fn refused(e: &airlock_protocol::Error) -> CallToolResult {
-    let body = serde_json::json!({"error": {"code": e.code, "message": e.message}});
+    let body = serde_json::json!({"error": {"code": e.code, "message": e.public_message()}});
     CallToolResult::error(vec![ContentBlock::text(body.to_string())])
 }
 
@@ -278,7 +278,12 @@ impl ServerHandler for Airlock {
             Ok(l) => l.runs,
             // Not allowed to read runs: nothing to list.
             Err(e) if e.code == airlock_protocol::ErrorCode::Forbidden => Vec::new(),
-            Err(e) => return Err(ErrorData::internal_error(e.message, None)),
+            Err(e) => {
+                return Err(ErrorData::internal_error(
+                    e.public_message().to_string(),
+                    None,
+                ));
+            }
         };
         let resources = runs
             .iter()
@@ -307,7 +312,7 @@ impl ServerHandler for Airlock {
             airlock_protocol::ErrorCode::NotFound | airlock_protocol::ErrorCode::Forbidden => {
                 not_found()
             }
-            _ => ErrorData::internal_error(e.message, None),
+            _ => ErrorData::internal_error(e.public_message().to_string(), None),
         };
         let rest = uri.strip_prefix(RUN_PREFIX).ok_or_else(not_found)?;
         let (run_id, log) = match rest.strip_suffix("/log") {

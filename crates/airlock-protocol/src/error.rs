@@ -138,6 +138,19 @@ impl Error {
         }
     }
 
+    /// What a front end may show the caller: the message, unless the code
+    /// is a server failure whose message is for the local log only
+    /// (`internal`, `secret_rollback`, `not_ready`); the blob store's
+    /// refusal names the store and nothing of its client, so it is shown.
+    pub fn public_message(&self) -> &str {
+        match self.code {
+            ErrorCode::Internal | ErrorCode::SecretRollback | ErrorCode::NotReady => {
+                "internal error"
+            }
+            _ => &self.message,
+        }
+    }
+
     /// An internal failure; `detail` is for the local log only.
     pub fn internal(detail: impl std::fmt::Display) -> Self {
         Self::new(ErrorCode::Internal, detail.to_string())
@@ -202,5 +215,33 @@ mod tests {
             assert_eq!(json, format!("\"{}\"", c.as_str()));
             assert!(!c.description().is_empty());
         }
+    }
+}
+
+#[cfg(test)]
+mod public_message_tests {
+    use super::*;
+
+    /// A server failure's detail never reaches a caller through a front
+    /// end; a client error's message does (the control).
+    #[test]
+    fn a_server_failures_detail_is_not_public() {
+        for code in [
+            ErrorCode::Internal,
+            ErrorCode::SecretRollback,
+            ErrorCode::NotReady,
+        ] {
+            let e = Error::new(code, "db at /var/lib/secret.db: disk I/O error");
+            assert_eq!(e.public_message(), "internal error", "{code:?}");
+        }
+        let e = Error::internal("sqlx: pool timed out");
+        assert!(!e.public_message().contains("sqlx"));
+        let e = Error::invalid_body("name is required");
+        assert_eq!(e.public_message(), "name is required");
+        let e = Error::new(
+            ErrorCode::BlobStoreUnavailable,
+            "the blob store s3://b is unreachable",
+        );
+        assert_eq!(e.public_message(), "the blob store s3://b is unreachable");
     }
 }

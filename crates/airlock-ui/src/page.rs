@@ -307,7 +307,7 @@ impl IntoResponse for UiError {
                      Go back, reload the page and send it again (sign in again if asked)."
                         .to_string()
                 } else {
-                    e.message.clone()
+                    e.public_message().to_string()
                 };
                 let page = ErrorPage {
                     title,
