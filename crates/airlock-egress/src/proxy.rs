@@ -252,8 +252,14 @@ impl Egress {
         log: Arc<dyn LogSink>,
         tls: tokio_rustls::TlsConnector,
     ) -> std::io::Result<Self> {
+        // One worker thread per proxy: a sandbox's traffic is relayed
+        // without waking a second thread for each hop of a request. On the
+        // 2-core benchmark machine this raised CONNECT keep-alive from 0.40
+        // to 0.51–0.53 of a direct connection and cut its p99 by a quarter
+        // (BENCHMARKS.md, "One thread per proxy"); a proxy serves one
+        // sandbox, whose agent rarely needs more than a core of relaying.
         let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
+            .worker_threads(1)
             .thread_name("airlock-egress")
             .enable_all()
             .build()?;
