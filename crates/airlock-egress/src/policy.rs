@@ -193,6 +193,13 @@ pub struct Limits {
     pub max_bytes_per_connection: u64,
     pub max_bytes_per_sandbox: u64,
     pub max_concurrent_tunnels: usize,
+    /// Client connections served as HTTP at once on one sandbox's listener
+    /// (a connection that became a tunnel counts against
+    /// `max_concurrent_tunnels` instead). Past it, a new connection's
+    /// requests are answered 429 `too_many_connections` and it is closed;
+    /// past 17 times it, a new connection is closed unanswered. Either way
+    /// the proxy's open sockets stay bounded whatever a sandbox opens.
+    pub max_connections: usize,
     pub max_requests_per_second: u32,
     pub max_header_bytes: usize,
 }
@@ -207,6 +214,7 @@ impl Default for Limits {
             max_bytes_per_connection: 1 << 30,
             max_bytes_per_sandbox: 4 << 30,
             max_concurrent_tunnels: 64,
+            max_connections: 256,
             max_requests_per_second: 100,
             max_header_bytes: 16 * 1024,
         }
@@ -286,6 +294,7 @@ struct LimitsFile {
     max_bytes_per_connection: Option<u64>,
     max_bytes_per_sandbox: Option<u64>,
     max_concurrent_tunnels: Option<usize>,
+    max_connections: Option<usize>,
     max_requests_per_second: Option<u32>,
     max_header_bytes: Option<usize>,
 }
@@ -389,6 +398,7 @@ impl Policy {
                 .unwrap_or(d.max_bytes_per_connection),
             max_bytes_per_sandbox: l.max_bytes_per_sandbox.unwrap_or(d.max_bytes_per_sandbox),
             max_concurrent_tunnels: l.max_concurrent_tunnels.unwrap_or(d.max_concurrent_tunnels),
+            max_connections: l.max_connections.unwrap_or(d.max_connections).max(1),
             max_requests_per_second: l
                 .max_requests_per_second
                 .unwrap_or(d.max_requests_per_second),

@@ -68,7 +68,33 @@ struct Counters {
     bytes_up: AtomicU64,
     bytes_down: AtomicU64,
     tunnels: AtomicUsize,
+    /// Client connections open on the listener, and those being refused.
+    connections: AtomicUsize,
+    refusing: AtomicUsize,
     window: Mutex<(Option<Instant>, u32)>,
+}
+
+/// Connections over a listener's cap that are answered 429 at once, per
+/// place of the cap (each lives until its request is answered or its
+/// header timeout); past them, connections are closed unanswered.
+const REFUSING_PER_PLACE: usize = 16;
+
+/// Takes one of `cap` places counted by `n`, or none when all are taken
+/// (check and take in one step, so concurrent takers never exceed `cap`).
+fn take_place(n: &AtomicUsize, cap: usize) -> bool {
+    n.fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| {
+        (v < cap).then_some(v + 1)
+    })
+    .is_ok()
+}
+
+/// A place taken with [`take_place`], given back when dropped.
+struct Place<'a>(&'a AtomicUsize);
+
+impl Drop for Place<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 impl Counters {
@@ -326,7 +352,19 @@ impl Egress {
                     r = listener.accept() => match r {
                         Ok((stream, _)) => {
                             let ctx = ctx.clone();
-                            tokio::spawn(serve_connection(stream, ctx));
+                            let cap = ctx.limits().max_connections;
+                            if take_place(&ctx.counters.connections, cap) {
+                                tokio::spawn(async move {
+                                    let _place = Place(&ctx.counters.connections);
+                                    serve_connection(stream, ctx.clone()).await;
+                                });
+                            } else if take_place(&ctx.counters.refusing, cap.saturating_mul(REFUSING_PER_PLACE)) {
+                                tokio::spawn(async move {
+                                    let _place = Place(&ctx.counters.refusing);
+                                    refuse_connection(stream, ctx.clone()).await;
+                                });
+                            }
+                            // Past that, a connection is closed unanswered.
                         }
                         Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
                     }
@@ -421,6 +459,30 @@ async fn serve_connection(stream: TcpStream, ctx: Arc<Ctx>) {
         .header_read_timeout(limits.header_read_timeout)
         .max_buf_size(limits.max_header_bytes.max(8192));
     let _ = builder.serve_connection(io, svc).with_upgrades().await;
+}
+
+/// Answers every request on a connection over the listener's cap with 429
+/// `too_many_connections` (a decision, logged) and closes it.
+async fn refuse_connection(stream: TcpStream, ctx: Arc<Ctx>) {
+    let limits = ctx.limits();
+    let svc = service_fn(move |_req| {
+        let ctx = ctx.clone();
+        async move {
+            ctx.counters.denied.fetch_add(1, Ordering::Relaxed);
+            ctx.log(json!({"event": "egress_decision", "decision": "deny", "reason": "too_many_connections"}));
+            let mut r = refusal(StatusCode::TOO_MANY_REQUESTS, "too_many_connections");
+            r.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            Ok::<_, Infallible>(r)
+        }
+    });
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .keep_alive(false)
+        .header_read_timeout(limits.header_read_timeout)
+        .max_buf_size(limits.max_header_bytes.max(8192));
+    let _ = builder.serve_connection(TokioIo::new(stream), svc).await;
 }
 
 fn full(b: impl Into<Bytes>) -> Body {
@@ -582,14 +644,19 @@ async fn connect(req: Request<Incoming>, raw: String, ctx: Arc<Ctx>) -> Response
         return refusal(StatusCode::FORBIDDEN, d.reason);
     }
     let limits = ctx.limits();
-    if ctx.counters.tunnels.load(Ordering::Relaxed) >= limits.max_concurrent_tunnels {
+    // The place is taken before dialling: concurrent CONNECTs waiting for
+    // their upstreams must not all pass a check made before any of them
+    // counted.
+    if !take_place(&ctx.counters.tunnels, limits.max_concurrent_tunnels) {
         return refusal(StatusCode::TOO_MANY_REQUESTS, "too_many_tunnels");
     }
     let (upstream, addr) = match dial(&d.socket_addrs(), limits.connect_timeout).await {
         Ok(s) => s,
-        Err(reason) => return refusal(dial_status(reason), reason),
+        Err(reason) => {
+            ctx.counters.tunnels.fetch_sub(1, Ordering::AcqRel);
+            return refusal(dial_status(reason), reason);
+        }
     };
-    ctx.counters.tunnels.fetch_add(1, Ordering::Relaxed);
     let host = d.host.clone();
     tokio::spawn(async move {
         let started = Instant::now();
