@@ -377,7 +377,7 @@ fn net_7_a_burst_of_connects_never_dials_more_tunnels_than_the_cap() {
     let fd = socket(AddressFamily::INET, SocketType::STREAM, None).unwrap();
     bind(&fd, &"127.0.0.1:0".parse::<std::net::SocketAddr>().unwrap()).unwrap();
     listen_fd(&fd, 0).unwrap();
-    let full = TcpListener::from(std::os::fd::OwnedFd::from(fd));
+    let full = TcpListener::from(fd);
     let up_port = full.local_addr().unwrap().port();
     let _filler = TcpStream::connect(("127.0.0.1", up_port)).unwrap();
 
