@@ -18,6 +18,58 @@ pub struct AuditRow {
     pub line: String,
 }
 
+/// One page of stored audit rows as the database returned it: one text
+/// value, and where each row's fields lie in it, in sequence order. The
+/// rows are handed out as slices of that text ([`AuditRowsPage::rows`]),
+/// so a page of any number of rows is two allocations.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AuditRowsPage {
+    text: String,
+    rows: Vec<RowAt>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct RowAt {
+    seq: i64,
+    hash: std::ops::Range<usize>,
+    line: std::ops::Range<usize>,
+}
+
+/// A row of an [`AuditRowsPage`], borrowed from it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AuditRowRef<'a> {
+    pub seq: i64,
+    /// The hash as stored in its own column (64 lowercase hex digits).
+    pub hash: &'a str,
+    pub line: &'a str,
+}
+
+impl AuditRowsPage {
+    pub fn len(&self) -> usize {
+        self.rows.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.rows.is_empty()
+    }
+
+    /// The last row's sequence number (where the next page starts after).
+    pub fn last_seq(&self) -> Option<i64> {
+        self.rows.last().map(|r| r.seq)
+    }
+
+    /// The rows, in sequence order.
+    pub fn rows(&self) -> impl ExactSizeIterator<Item = AuditRowRef<'_>> + '_ {
+        self.rows.iter().map(|r| AuditRowRef {
+            seq: r.seq,
+            // The ranges were cut from this text at char boundaries by
+            // `split_page`; an empty slice can only follow a logic error.
+            hash: self.text.get(r.hash.clone()).unwrap_or_default(),
+            line: self.text.get(r.line.clone()).unwrap_or_default(),
+        })
+    }
+}
+
 impl Store {
     /// Appends an audit event on its own.
     pub async fn audit(&self, workspace: &str, rec: AuditRecord) -> Result<()> {
@@ -66,6 +118,25 @@ impl Store {
         after_seq: i64,
         limit: i64,
     ) -> Result<Vec<AuditRow>> {
+        let page = self.audit_rows_page(workspace, after_seq, limit).await?;
+        Ok(page
+            .rows()
+            .map(|r| AuditRow {
+                seq: r.seq,
+                hash: r.hash.to_string(),
+                line: r.line.to_string(),
+            })
+            .collect())
+    }
+
+    /// [`audit_rows`](Self::audit_rows) as one page whose rows borrow
+    /// from it (no allocation per row).
+    pub async fn audit_rows_page(
+        &self,
+        workspace: &str,
+        after_seq: i64,
+        limit: i64,
+    ) -> Result<AuditRowsPage> {
         // One value per page instead of three per row: the page's rows
         // joined in the database as `seq TAB hash TAB bytes TAB line`, one
         // after the other (the byte length delimits the line, so no
@@ -90,9 +161,12 @@ impl Store {
             .await?;
         // The aggregate's order is the database's choice: the rows are put
         // back in sequence order here (already in order, in practice).
-        let mut rows = split_page(page.as_deref().unwrap_or(""))?;
-        rows.sort_by_key(|r| r.seq);
-        Ok(rows)
+        let text = page.unwrap_or_default();
+        let mut rows = split_page(&text)?;
+        if !rows.is_sorted_by_key(|r| r.seq) {
+            rows.sort_by_key(|r| r.seq);
+        }
+        Ok(AuditRowsPage { text, rows })
     }
 
     /// The last row of a workspace's chain: its `seq` and `hash` columns
@@ -116,26 +190,38 @@ impl Store {
     }
 }
 
-/// The rows of one aggregated page (see [`Store::audit_rows`]).
-fn split_page(mut rest: &str) -> Result<Vec<AuditRow>> {
+/// Where the rows of one aggregated page lie in it (see
+/// [`Store::audit_rows_page`]), in the order the page holds them.
+fn split_page(page: &str) -> Result<Vec<RowAt>> {
     let bad = |what: &str| StoreError::Audit(format!("malformed audit page: {what}"));
     let mut out = Vec::new();
-    while !rest.is_empty() {
-        let mut field = || -> Result<&str> {
-            let (f, tail) = rest.split_once('\t').ok_or_else(|| bad("missing field"))?;
-            rest = tail;
+    let mut at = 0;
+    while at < page.len() {
+        let mut field = || -> Result<std::ops::Range<usize>> {
+            let rest = page.get(at..).ok_or_else(|| bad("missing field"))?;
+            let end = rest.find('\t').ok_or_else(|| bad("missing field"))?;
+            let f = at..at + end;
+            at += end + 1;
             Ok(f)
         };
-        let seq: i64 = field()?.parse().map_err(|_| bad("sequence number"))?;
-        let hash = field()?.to_string();
-        let len: usize = field()?.parse().map_err(|_| bad("line length"))?;
-        let line = rest.get(..len).ok_or_else(|| bad("line length"))?;
-        out.push(AuditRow {
-            seq,
-            hash,
-            line: line.to_string(),
-        });
-        rest = &rest[len..];
+        let seq_at = field()?;
+        let seq: i64 = page
+            .get(seq_at)
+            .unwrap_or_default()
+            .parse()
+            .map_err(|_| bad("sequence number"))?;
+        let hash = field()?;
+        let len_at = field()?;
+        let len: usize = page
+            .get(len_at)
+            .unwrap_or_default()
+            .parse()
+            .map_err(|_| bad("line length"))?;
+        let line = at..at.checked_add(len).ok_or_else(|| bad("line length"))?;
+        // `get` refuses a range past the end or not on a char boundary.
+        page.get(line.clone()).ok_or_else(|| bad("line length"))?;
+        at = line.end;
+        out.push(RowAt { seq, hash, line });
     }
     Ok(out)
 }
@@ -151,11 +237,14 @@ mod tests {
         for (i, l) in lines.iter().enumerate() {
             page.push_str(&format!("{}\t{}\t{}\t{l}", i + 1, "ab".repeat(32), l.len()));
         }
-        let rows = split_page(&page).unwrap();
+        let rows = AuditRowsPage {
+            rows: split_page(&page).unwrap(),
+            text: page,
+        };
         assert_eq!(rows.len(), 3);
-        for (i, (r, l)) in rows.iter().zip(lines).enumerate() {
+        for (i, (r, l)) in rows.rows().zip(lines).enumerate() {
             assert_eq!(
-                (r.seq, r.hash.as_str(), r.line.as_str()),
+                (r.seq, r.hash, r.line),
                 (i as i64 + 1, "ab".repeat(32).as_str(), l)
             );
         }
