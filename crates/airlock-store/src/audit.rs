@@ -18,13 +18,15 @@ pub struct AuditRow {
     pub line: String,
 }
 
-/// One page of stored audit rows as the database returned it: one text
-/// value, and where each row's fields lie in it, in sequence order. The
-/// rows are handed out as slices of that text ([`AuditRowsPage::rows`]),
-/// so a page of any number of rows is two allocations.
+/// One page of stored audit rows as the database returned it: two text
+/// values (the rows' key columns and lengths, and their lines one after the
+/// other), and where each row's fields lie in them, in sequence order. The
+/// rows are handed out as slices of those texts ([`AuditRowsPage::rows`]),
+/// so a page of any number of rows is three allocations.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct AuditRowsPage {
-    text: String,
+    keys: String,
+    lines: String,
     rows: Vec<RowAt>,
 }
 
@@ -62,10 +64,10 @@ impl AuditRowsPage {
     pub fn rows(&self) -> impl ExactSizeIterator<Item = AuditRowRef<'_>> + '_ {
         self.rows.iter().map(|r| AuditRowRef {
             seq: r.seq,
-            // The ranges were cut from this text at char boundaries by
+            // The ranges were cut from these texts at char boundaries by
             // `split_page`; an empty slice can only follow a logic error.
-            hash: self.text.get(r.hash.clone()).unwrap_or_default(),
-            line: self.text.get(r.line.clone()).unwrap_or_default(),
+            hash: self.keys.get(r.hash.clone()).unwrap_or_default(),
+            line: self.lines.get(r.line.clone()).unwrap_or_default(),
         })
     }
 }
@@ -137,36 +139,39 @@ impl Store {
         after_seq: i64,
         limit: i64,
     ) -> Result<AuditRowsPage> {
-        // One value per page instead of three per row: the page's rows
-        // joined in the database as `seq TAB hash TAB bytes TAB line`, one
-        // after the other (the byte length delimits the line, so no
-        // character in it can be taken for a separator). Reading rows one
-        // by one through the driver cost more than hashing them. The
-        // backends differ only in the aggregate's spelling.
+        // Two values per page instead of three per row: the page's key
+        // columns and line lengths joined in the database as
+        // `seq TAB hash TAB bytes TAB` per row, and its lines joined as
+        // they are, in the same order (one pass of one aggregate step feeds
+        // both). The byte lengths delimit the lines, so no character in a
+        // line can be taken for a separator; the lines are copied into the
+        // aggregate once, not first into a per-row concatenation. Reading
+        // rows one by one through the driver cost more than hashing them.
+        // The backends differ only in the aggregate's spelling.
         let sql = match self.backend {
             Backend::Sqlite => {
-                "SELECT group_concat(seq || char(9) || hash || char(9) || length(CAST(line AS BLOB)) || char(9) || line, '') \
+                "SELECT group_concat(seq || char(9) || hash || char(9) || octet_length(line) || char(9), ''), group_concat(line, '') \
                  FROM (SELECT seq, hash, line FROM audit_events WHERE workspace_id = $1 AND seq > $2 ORDER BY seq LIMIT $3) page"
             }
             Backend::Postgres => {
-                "SELECT string_agg(seq::text || E'\\t' || hash || E'\\t' || octet_length(line)::text || E'\\t' || line, '') \
+                "SELECT string_agg(seq::text || E'\\t' || hash || E'\\t' || octet_length(line)::text || E'\\t', ''), string_agg(line, '') \
                  FROM (SELECT seq, hash, line FROM audit_events WHERE workspace_id = $1 AND seq > $2 ORDER BY seq LIMIT $3) page"
             }
         };
-        let page: Option<String> = sqlx::query_scalar(sql)
+        let (keys, lines): (Option<String>, Option<String>) = sqlx::query_as(sql)
             .bind(workspace)
             .bind(after_seq)
             .bind(limit)
             .fetch_one(&self.pool)
             .await?;
+        let (keys, lines) = (keys.unwrap_or_default(), lines.unwrap_or_default());
         // The aggregate's order is the database's choice: the rows are put
         // back in sequence order here (already in order, in practice).
-        let text = page.unwrap_or_default();
-        let mut rows = split_page(&text)?;
+        let mut rows = split_page(&keys, &lines)?;
         if !rows.is_sorted_by_key(|r| r.seq) {
             rows.sort_by_key(|r| r.seq);
         }
-        Ok(AuditRowsPage { text, rows })
+        Ok(AuditRowsPage { keys, lines, rows })
     }
 
     /// The last row of a workspace's chain: its `seq` and `hash` columns
@@ -190,38 +195,43 @@ impl Store {
     }
 }
 
-/// Where the rows of one aggregated page lie in it (see
-/// [`Store::audit_rows_page`]), in the order the page holds them.
-fn split_page(page: &str) -> Result<Vec<RowAt>> {
+/// Where the rows of one aggregated page lie in its two texts (see
+/// [`Store::audit_rows_page`]), in the order the page holds them: `keys`
+/// is `seq TAB hash TAB bytes TAB` per row, `lines` the lines one after
+/// the other, each `bytes` long. Every line must be accounted for.
+fn split_page(keys: &str, lines: &str) -> Result<Vec<RowAt>> {
     let bad = |what: &str| StoreError::Audit(format!("malformed audit page: {what}"));
     let mut out = Vec::new();
-    let mut at = 0;
-    while at < page.len() {
+    let (mut at, mut line_at) = (0usize, 0usize);
+    while at < keys.len() {
         let mut field = || -> Result<std::ops::Range<usize>> {
-            let rest = page.get(at..).ok_or_else(|| bad("missing field"))?;
+            let rest = keys.get(at..).ok_or_else(|| bad("missing field"))?;
             let end = rest.find('\t').ok_or_else(|| bad("missing field"))?;
             let f = at..at + end;
             at += end + 1;
             Ok(f)
         };
         let seq_at = field()?;
-        let seq: i64 = page
+        let seq: i64 = keys
             .get(seq_at)
             .unwrap_or_default()
             .parse()
             .map_err(|_| bad("sequence number"))?;
         let hash = field()?;
         let len_at = field()?;
-        let len: usize = page
+        let len: usize = keys
             .get(len_at)
             .unwrap_or_default()
             .parse()
             .map_err(|_| bad("line length"))?;
-        let line = at..at.checked_add(len).ok_or_else(|| bad("line length"))?;
+        let line = line_at..line_at.checked_add(len).ok_or_else(|| bad("line length"))?;
         // `get` refuses a range past the end or not on a char boundary.
-        page.get(line.clone()).ok_or_else(|| bad("line length"))?;
-        at = line.end;
+        lines.get(line.clone()).ok_or_else(|| bad("line length"))?;
+        line_at = line.end;
         out.push(RowAt { seq, hash, line });
+    }
+    if line_at != lines.len() {
+        return Err(bad("bytes after the last line"));
     }
     Ok(out)
 }
@@ -233,24 +243,34 @@ mod tests {
     #[test]
     fn an_aggregated_page_splits_into_its_rows_whatever_the_lines_hold() {
         let lines = ["{\"a\":1}", "tab\there\nnewline and é", ""];
-        let mut page = String::new();
+        let (mut keys, mut text) = (String::new(), String::new());
         for (i, l) in lines.iter().enumerate() {
-            page.push_str(&format!("{}\t{}\t{}\t{l}", i + 1, "ab".repeat(32), l.len()));
+            keys.push_str(&format!("{}\t{}\t{}\t", i + 1, "ab".repeat(32), l.len()));
+            text.push_str(l);
         }
         let rows = AuditRowsPage {
-            rows: split_page(&page).unwrap(),
-            text: page,
+            rows: split_page(&keys, &text).unwrap(),
+            keys,
+            lines: text,
         };
         assert_eq!(rows.len(), 3);
+        assert_eq!(rows.last_seq(), Some(3));
         for (i, (r, l)) in rows.rows().zip(lines).enumerate() {
             assert_eq!(
                 (r.seq, r.hash, r.line),
                 (i as i64 + 1, "ab".repeat(32).as_str(), l)
             );
         }
-        assert!(split_page("").unwrap().is_empty());
-        for bad in ["1\tab", "x\tab\t1\ta", "1\tab\t9\tshort", "1\tab\t1\té"] {
-            assert!(split_page(bad).is_err(), "{bad}");
+        assert!(split_page("", "").unwrap().is_empty());
+        for (keys, lines) in [
+            ("1\tab", "a"),
+            ("x\tab\t1\t", "a"),
+            ("1\tab\t9\t", "short"),
+            ("1\tab\t1\t", "é"),
+            ("1\tab\t1\t", "ab"),
+            ("", "a"),
+        ] {
+            assert!(split_page(keys, lines).is_err(), "{keys:?} {lines:?}");
         }
     }
 }
