@@ -562,3 +562,14 @@ pub fn retain_freed_heap(bytes: usize) -> bool {
         false
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn glibc_takes_the_retained_heap_settings() {
+        // On glibc both settings are accepted; a size that does not fit
+        // the allocator's integer is refused without calling it.
+        assert_eq!(super::retain_freed_heap(64 << 20), cfg!(target_env = "gnu"));
+        assert!(!super::retain_freed_heap(usize::MAX));
+    }
+}
