@@ -48,16 +48,16 @@ def progress(msg: str) -> None:
 
 
 def run_timed(argv: list, env: dict) -> tuple:
-    """(wall ms, max RSS KiB, stdout) of one run. Peak memory comes from /usr/bin/time, whose
+    """(wall ms, max RSS KiB, stdout, CPU ms: user + system) of one run. Peak memory comes from /usr/bin/time, whose
     child is forked from a small process: a child forked from this script would count the
     script's own pages (the lines it holds) in its high-water mark."""
     t0 = time.perf_counter()
-    p = subprocess.run(["/usr/bin/time", "-f", "%M"] + argv, env=env, capture_output=True)
+    p = subprocess.run(["/usr/bin/time", "-f", "%M %U %S"] + argv, env=env, capture_output=True)
     ms = (time.perf_counter() - t0) * 1000
     if p.returncode != 0:
         raise SystemExit(f"{argv} exited {p.returncode}: {p.stdout.decode(errors='replace')}")
-    maxrss = int(p.stderr.decode().strip().splitlines()[-1])
-    return ms, maxrss, p.stdout.decode()
+    maxrss, user, system = p.stderr.decode().strip().splitlines()[-1].split()
+    return ms, int(maxrss), p.stdout.decode(), (float(user) + float(system)) * 1000
 
 
 def build_db(binary: Path, data: Path, lines_path: Path, env: dict) -> tuple:
@@ -112,6 +112,7 @@ def main() -> int:
 
     version_ms = statistics.median(
         run_timed([str(binaries[0]), "--version"], dict(os.environ))[0] for _ in range(10))
+    load = os.getloadavg()
     results = []
     for n in (int(x) for x in args.events.split(",")):
         root = Path(tempfile.mkdtemp(prefix="airlock-bench-audit-"))
@@ -130,41 +131,48 @@ def main() -> int:
             lines, kib = build_db(binaries[0], data, lines_path, env)
             sha_whole, sha_lines = sha_passes(lines, max(args.reps, 3))
             timings = {str(b): [] for b in binaries}
+            cpu = {str(b): [] for b in binaries}
             rss = {str(b): 0 for b in binaries}
             for b in binaries:
-                _, _, out = run_timed([str(b), "audit", "verify"], env)  # warm the page cache
+                _, _, out, _ = run_timed([str(b), "audit", "verify"], env)  # warm the page cache
                 if f"{WS}: ok {n} events" not in out:
                     raise SystemExit(f"{b}: unexpected verdict {out!r}")
             for rep in range(args.reps):
                 for b in (binaries if rep % 2 == 0 else list(reversed(binaries))):
                     progress(f"{n} events: {b} run {rep + 1}")
-                    ms, maxrss, _ = run_timed([str(b), "audit", "verify"], env)
+                    ms, maxrss, _, cpu_ms = run_timed([str(b), "audit", "verify"], env)
                     timings[str(b)].append(ms)
+                    cpu[str(b)].append(cpu_ms)
                     rss[str(b)] = max(rss[str(b)], maxrss)
             progress(f"{n} events: verifier alone, in process")
             core = subprocess.run([str(args.bench), "measure", str(n)], check=True,
                                   capture_output=True, text=True).stdout
-            results.append((n, kib, sha_whole, sha_lines, timings, rss, core))
+            results.append((n, kib, sha_whole, sha_lines, timings, rss, core, cpu))
         finally:
             shutil.rmtree(root, ignore_errors=True)
 
     print("| events | MiB | SHA-256 one buffer ms | SHA-256 per line ms | binary | "
           "`audit verify` median ms | events/s | ratio to SHA-256 (one buffer) | "
-          "throughput vs SHA-256 | ratio to SHA-256 per line | max RSS MiB |")
-    print("|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|")
-    for n, kib, sha_whole, sha_lines, timings, rss, _ in results:
+          "throughput vs SHA-256 | ratio to SHA-256 per line | CPU ms (user + sys) | "
+          "CPU time vs SHA-256 (one buffer) | max RSS MiB |")
+    print("|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for n, kib, sha_whole, sha_lines, timings, rss, _, cpu in results:
         for b, samples in timings.items():
             med = statistics.median(samples)
+            cpu_med = statistics.median(cpu[b])
             print(f"| {n} | {kib / 1024:.0f} | {sha_whole:.1f} | {sha_lines:.1f} | "
-                  f"{Path(b).name} | {med:.1f} | {n / (med / 1000):.0f} | "
+                  f"{Path(b).parent.name}/{Path(b).name} | {med:.1f} | {n / (med / 1000):.0f} | "
                   f"{med / sha_whole:.2f} | {100 * sha_whole / med:.0f}% | "
-                  f"{med / sha_lines:.2f} | {rss[b] / 1024:.1f} |")
+                  f"{med / sha_lines:.2f} | {cpu_med:.0f} | {cpu_med / sha_whole:.2f} | "
+                  f"{rss[b] / 1024:.1f} |")
     print()
-    print(f"Process start (`--version`): median {version_ms:.1f} ms.")
+    print(f"Process start (`--version`): median {version_ms:.1f} ms. Load average at the start: "
+          f"{load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; at the end: "
+          + " ".join(f"{x:.2f}" for x in os.getloadavg()) + ".")
     print()
     print("Verifier alone, in process (`verify_bench measure`, Rust sha2 per line):")
     print()
-    for n, _, _, _, _, _, core in results:
+    for n, _, _, _, _, _, core, _ in results:
         print("```")
         print(core.strip())
         print("```")

@@ -246,6 +246,59 @@ fn seq_error(seq: u64, expected: u64) -> ChainError {
     }
 }
 
+/// The part of checking a stored line that does not depend on the lines before it: reading
+/// it ([`LineView::parse`]) and hashing it ([`LineView::event_hash`]). Each line's hash
+/// covers its own stored `prev_hash`, so lines can be prepared in any order or on several
+/// threads; [`Verifier::push_prepared`] then checks the links and sequence in order.
+#[derive(Debug, Clone)]
+pub struct PreparedLine<'a>(Result<(LineView<'a>, [u8; 32]), LineError>);
+
+impl<'a> PreparedLine<'a> {
+    /// Reads and hashes `line` (the hash of a line that is not canonical is not computed).
+    pub fn prepare(line: &'a str) -> Self {
+        Self(LineView::parse(line).map(|view| {
+            let hash = view.event_hash();
+            (view, hash)
+        }))
+    }
+}
+
+/// [`PreparedLine::prepare`] over `lines`, split into up to `threads` consecutive runs
+/// prepared at the same time (the calling thread takes the first); the result is in the
+/// order of `lines`, exactly as if prepared one by one.
+pub fn prepare_lines<'a>(lines: &[&'a str], threads: usize) -> Vec<PreparedLine<'a>> {
+    let threads = threads.clamp(1, lines.len().max(1));
+    if threads == 1 {
+        return lines.iter().map(|l| PreparedLine::prepare(l)).collect();
+    }
+    let run = lines.len().div_ceil(threads);
+    let mut runs = lines.chunks(run);
+    let first = runs.next().unwrap_or_default();
+    std::thread::scope(|s| {
+        let others: Vec<_> = runs
+            .map(|chunk| {
+                s.spawn(move || {
+                    chunk
+                        .iter()
+                        .map(|l| PreparedLine::prepare(l))
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        let mut out: Vec<PreparedLine<'a>> = Vec::with_capacity(lines.len());
+        out.extend(first.iter().map(|l| PreparedLine::prepare(l)));
+        for h in others {
+            match h.join() {
+                Ok(v) => out.extend(v),
+                // Preparing does not panic (no panics on input); if it ever did, the panic
+                // is passed on rather than a line silently skipped.
+                Err(p) => std::panic::resume_unwind(p),
+            }
+        }
+        out
+    })
+}
+
 /// A verified chain.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct VerifySummary {
@@ -359,15 +412,25 @@ impl Verifier {
     /// them elsewhere (a database's key columns) and must check that they agree; `None` for
     /// a line read after a gap, whose verdict [`finish`](Self::finish) gives.
     pub fn push_line(&mut self, line: &str) -> Result<Option<(u64, [u8; 32])>, ChainError> {
-        let view = match LineView::parse(line) {
-            Ok(view) => view,
+        self.push_prepared(&PreparedLine::prepare(line))
+    }
+
+    /// [`push_line`](Self::push_line) for a line already read and hashed by
+    /// [`PreparedLine::prepare`] (possibly on another thread): the same checks in the same
+    /// order, so the same verdict.
+    pub fn push_prepared(
+        &mut self,
+        p: &PreparedLine<'_>,
+    ) -> Result<Option<(u64, [u8; 32])>, ChainError> {
+        let (view, event_hash) = match &p.0 {
+            Ok(ok) => ok,
             Err(source) => {
                 return Err(match self.gap_at {
                     // Already broken earlier than this line.
                     Some(expected_seq) => ChainError::Missing { expected_seq },
                     None => ChainError::Malformed {
                         seq: self.count.saturating_add(1),
-                        source,
+                        source: source.clone(),
                     },
                 });
             }
@@ -376,7 +439,7 @@ impl Verifier {
             view.seq,
             |ws| view.workspace_is(ws),
             || view.workspace_id(),
-            || Ok(view.event_hash()),
+            || Ok(*event_hash),
             view.hash,
             view.prev_hash,
         )?;

@@ -63,8 +63,8 @@ pub mod jcs;
 pub mod line;
 
 pub use chain::{
-    Actor, AuditEvent, ChainError, ChainedEvent, GENESIS, Verifier, VerifySummary, append,
-    event_bytes, link_hash, verify, verify_against,
+    Actor, AuditEvent, ChainError, ChainedEvent, GENESIS, PreparedLine, Verifier, VerifySummary,
+    append, event_bytes, link_hash, prepare_lines, verify, verify_against,
 };
 pub use checkpoint::{Checkpoint, CheckpointError, CheckpointFile, SignedCheckpoint};
 pub use export::{ExportError, from_json_line, to_json_line};

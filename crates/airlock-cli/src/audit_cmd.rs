@@ -157,6 +157,16 @@ pub fn audit(paths: &Paths, cmd: &AuditCommand) -> ExitCode {
                 Err(e) => return err(format!("--public-key: {}", e.message)),
             }
         }
+        if matches!(
+            cmd,
+            AuditCommand::Verify { .. } | AuditCommand::Checkpoint { .. }
+        ) {
+            // Both read the whole chain in pages of about 600 KB: with
+            // glibc's defaults, each page's buffers were given back to the
+            // kernel and faulted in again, half of the time at 10^6 events
+            // (BENCHMARKS.md, "Audit verification": "Both cores").
+            airlock_sandbox::retain_freed_heap(64 << 20);
+        }
         let log = match AuditLog::connect(&paths.url(), checkpoints).await {
             Ok(l) => l,
             Err(e) => return err(e.message),

@@ -532,3 +532,44 @@ pub(crate) fn limit_arenas(n: u16) -> bool {
 pub(crate) fn limit_arenas(_n: u16) -> bool {
     false
 }
+
+/// Asks glibc's allocator to keep up to `bytes` of freed memory for reuse
+/// instead of handing it back to the kernel at once, and to serve blocks of
+/// up to a quarter of that from its heap instead of mapping each one. For a
+/// short process that allocates and frees the same large buffers in a
+/// loop (`airlock audit verify` reads pages of about 600 KB: the database's
+/// aggregate, the driver's copy), where giving the memory back and faulting
+/// it in again cost as much as the work. Process-wide; memory in use is
+/// unchanged, only freed memory up to `bytes` may stay mapped. Returns
+/// whether the allocator took both settings (false off glibc).
+pub fn retain_freed_heap(bytes: usize) -> bool {
+    #[cfg(target_env = "gnu")]
+    {
+        let Ok(trim) = libc::c_int::try_from(bytes) else {
+            return false;
+        };
+        // SAFETY: mallopt only sets allocator parameters; it takes two
+        // integers, touches no memory of ours and may be called at any time
+        // from any thread (glibc takes its arena locks).
+        let trim_ok = unsafe { libc::mallopt(libc::M_TRIM_THRESHOLD, trim) } == 1;
+        // SAFETY: as above.
+        let mmap_ok = unsafe { libc::mallopt(libc::M_MMAP_THRESHOLD, trim / 4) } == 1;
+        trim_ok && mmap_ok
+    }
+    #[cfg(not(target_env = "gnu"))]
+    {
+        let _ = bytes;
+        false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn glibc_takes_the_retained_heap_settings() {
+        // On glibc both settings are accepted; a size that does not fit
+        // the allocator's integer is refused without calling it.
+        assert_eq!(super::retain_freed_heap(64 << 20), cfg!(target_env = "gnu"));
+        assert!(!super::retain_freed_heap(usize::MAX));
+    }
+}

@@ -3,7 +3,7 @@
 //! over every workspace of a database ([`AuditLog`], which needs neither
 //! the key directory nor the workers: an auditor can verify a copy).
 
-use airlock_audit::{Verifier, VerifySummary};
+use airlock_audit::{Verifier, VerifySummary, prepare_lines};
 use airlock_iam::Permission;
 use airlock_protocol::Error;
 use airlock_protocol::audit::{
@@ -67,11 +67,16 @@ pub(crate) async fn verify_rows(
     after: i64,
 ) -> Result<std::result::Result<VerifySummary, u64>> {
     // The next page is read while this one is checked: reading (the
-    // database driver's thread) and hashing (this one) overlap.
+    // database driver's thread) and hashing (this one) overlap. Within a
+    // page, the lines are read and hashed on every core
+    // (`prepare_lines`: each line's hash depends only on its own bytes),
+    // then the sequence, links and key columns are checked in order,
+    // exactly as one line at a time.
     let fetch = |after: i64| {
         let (store, workspace) = (store.clone(), workspace.to_string());
-        tokio::spawn(async move { store.audit_rows(&workspace, after, page).await })
+        tokio::spawn(async move { store.audit_rows_page(&workspace, after, page).await })
     };
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     let mut next = fetch(after);
     loop {
         let rows = next
@@ -79,17 +84,19 @@ pub(crate) async fn verify_rows(
             .map_err(|e| Error::internal(format!("audit read task: {e}")))?
             .svc()?;
         let full = i64::try_from(rows.len()) == Ok(page);
-        if let (true, Some(last)) = (full, rows.last()) {
-            next = fetch(last.seq);
+        if let (true, Some(last)) = (full, rows.last_seq()) {
+            next = fetch(last);
         } else {
-            next = tokio::spawn(async { Ok(Vec::new()) });
+            next = tokio::spawn(async { Ok(airlock_store::AuditRowsPage::default()) });
         }
-        for row in &rows {
-            match v.push_line(&row.line) {
+        let lines: Vec<&str> = rows.rows().map(|r| r.line).collect();
+        let prepared = prepare_lines(&lines, threads);
+        for (row, line) in rows.rows().zip(&prepared) {
+            match v.push_prepared(line) {
                 Err(e) => return Ok(Err(e.first_bad_seq())),
                 Ok(Some((seq, hash))) => {
                     let columns_agree = i64::try_from(seq) == Ok(row.seq)
-                        && airlock_audit::hex::decode_hash(&row.hash) == Ok(hash);
+                        && airlock_audit::hex::decode_hash(row.hash) == Ok(hash);
                     if !columns_agree {
                         return Ok(Err(seq));
                     }

@@ -18,6 +18,60 @@ pub struct AuditRow {
     pub line: String,
 }
 
+/// One page of stored audit rows as the database returned it: two text
+/// values (the rows' key columns and lengths, and their lines one after the
+/// other), and where each row's fields lie in them, in sequence order. The
+/// rows are handed out as slices of those texts ([`AuditRowsPage::rows`]),
+/// so a page of any number of rows is three allocations.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AuditRowsPage {
+    keys: String,
+    lines: String,
+    rows: Vec<RowAt>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct RowAt {
+    seq: i64,
+    hash: std::ops::Range<usize>,
+    line: std::ops::Range<usize>,
+}
+
+/// A row of an [`AuditRowsPage`], borrowed from it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AuditRowRef<'a> {
+    pub seq: i64,
+    /// The hash as stored in its own column (64 lowercase hex digits).
+    pub hash: &'a str,
+    pub line: &'a str,
+}
+
+impl AuditRowsPage {
+    pub fn len(&self) -> usize {
+        self.rows.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.rows.is_empty()
+    }
+
+    /// The last row's sequence number (where the next page starts after).
+    pub fn last_seq(&self) -> Option<i64> {
+        self.rows.last().map(|r| r.seq)
+    }
+
+    /// The rows, in sequence order.
+    pub fn rows(&self) -> impl ExactSizeIterator<Item = AuditRowRef<'_>> + '_ {
+        self.rows.iter().map(|r| AuditRowRef {
+            seq: r.seq,
+            // The ranges were cut from these texts at char boundaries by
+            // `split_page`; an empty slice can only follow a logic error.
+            hash: self.keys.get(r.hash.clone()).unwrap_or_default(),
+            line: self.lines.get(r.line.clone()).unwrap_or_default(),
+        })
+    }
+}
+
 impl Store {
     /// Appends an audit event on its own.
     pub async fn audit(&self, workspace: &str, rec: AuditRecord) -> Result<()> {
@@ -66,33 +120,58 @@ impl Store {
         after_seq: i64,
         limit: i64,
     ) -> Result<Vec<AuditRow>> {
-        // One value per page instead of three per row: the page's rows
-        // joined in the database as `seq TAB hash TAB bytes TAB line`, one
-        // after the other (the byte length delimits the line, so no
-        // character in it can be taken for a separator). Reading rows one
-        // by one through the driver cost more than hashing them. The
-        // backends differ only in the aggregate's spelling.
+        let page = self.audit_rows_page(workspace, after_seq, limit).await?;
+        Ok(page
+            .rows()
+            .map(|r| AuditRow {
+                seq: r.seq,
+                hash: r.hash.to_string(),
+                line: r.line.to_string(),
+            })
+            .collect())
+    }
+
+    /// [`audit_rows`](Self::audit_rows) as one page whose rows borrow
+    /// from it (no allocation per row).
+    pub async fn audit_rows_page(
+        &self,
+        workspace: &str,
+        after_seq: i64,
+        limit: i64,
+    ) -> Result<AuditRowsPage> {
+        // Two values per page instead of three per row: the page's key
+        // columns and line lengths joined in the database as
+        // `seq TAB hash TAB bytes TAB` per row, and its lines joined as
+        // they are, in the same order (one pass of one aggregate step feeds
+        // both). The byte lengths delimit the lines, so no character in a
+        // line can be taken for a separator; the lines are copied into the
+        // aggregate once, not first into a per-row concatenation. Reading
+        // rows one by one through the driver cost more than hashing them.
+        // The backends differ only in the aggregate's spelling.
         let sql = match self.backend {
             Backend::Sqlite => {
-                "SELECT group_concat(seq || char(9) || hash || char(9) || length(CAST(line AS BLOB)) || char(9) || line, '') \
+                "SELECT group_concat(seq || char(9) || hash || char(9) || octet_length(line) || char(9), ''), group_concat(line, '') \
                  FROM (SELECT seq, hash, line FROM audit_events WHERE workspace_id = $1 AND seq > $2 ORDER BY seq LIMIT $3) page"
             }
             Backend::Postgres => {
-                "SELECT string_agg(seq::text || E'\\t' || hash || E'\\t' || octet_length(line)::text || E'\\t' || line, '') \
+                "SELECT string_agg(seq::text || E'\\t' || hash || E'\\t' || octet_length(line)::text || E'\\t', ''), string_agg(line, '') \
                  FROM (SELECT seq, hash, line FROM audit_events WHERE workspace_id = $1 AND seq > $2 ORDER BY seq LIMIT $3) page"
             }
         };
-        let page: Option<String> = sqlx::query_scalar(sql)
+        let (keys, lines): (Option<String>, Option<String>) = sqlx::query_as(sql)
             .bind(workspace)
             .bind(after_seq)
             .bind(limit)
             .fetch_one(&self.pool)
             .await?;
+        let (keys, lines) = (keys.unwrap_or_default(), lines.unwrap_or_default());
         // The aggregate's order is the database's choice: the rows are put
         // back in sequence order here (already in order, in practice).
-        let mut rows = split_page(page.as_deref().unwrap_or(""))?;
-        rows.sort_by_key(|r| r.seq);
-        Ok(rows)
+        let mut rows = split_page(&keys, &lines)?;
+        if !rows.is_sorted_by_key(|r| r.seq) {
+            rows.sort_by_key(|r| r.seq);
+        }
+        Ok(AuditRowsPage { keys, lines, rows })
     }
 
     /// The last row of a workspace's chain: its `seq` and `hash` columns
@@ -116,26 +195,43 @@ impl Store {
     }
 }
 
-/// The rows of one aggregated page (see [`Store::audit_rows`]).
-fn split_page(mut rest: &str) -> Result<Vec<AuditRow>> {
+/// Where the rows of one aggregated page lie in its two texts (see
+/// [`Store::audit_rows_page`]), in the order the page holds them: `keys`
+/// is `seq TAB hash TAB bytes TAB` per row, `lines` the lines one after
+/// the other, each `bytes` long. Every line must be accounted for.
+fn split_page(keys: &str, lines: &str) -> Result<Vec<RowAt>> {
     let bad = |what: &str| StoreError::Audit(format!("malformed audit page: {what}"));
     let mut out = Vec::new();
-    while !rest.is_empty() {
-        let mut field = || -> Result<&str> {
-            let (f, tail) = rest.split_once('\t').ok_or_else(|| bad("missing field"))?;
-            rest = tail;
+    let (mut at, mut line_at) = (0usize, 0usize);
+    while at < keys.len() {
+        let mut field = || -> Result<std::ops::Range<usize>> {
+            let rest = keys.get(at..).ok_or_else(|| bad("missing field"))?;
+            let end = rest.find('\t').ok_or_else(|| bad("missing field"))?;
+            let f = at..at + end;
+            at += end + 1;
             Ok(f)
         };
-        let seq: i64 = field()?.parse().map_err(|_| bad("sequence number"))?;
-        let hash = field()?.to_string();
-        let len: usize = field()?.parse().map_err(|_| bad("line length"))?;
-        let line = rest.get(..len).ok_or_else(|| bad("line length"))?;
-        out.push(AuditRow {
-            seq,
-            hash,
-            line: line.to_string(),
-        });
-        rest = &rest[len..];
+        let seq_at = field()?;
+        let seq: i64 = keys
+            .get(seq_at)
+            .unwrap_or_default()
+            .parse()
+            .map_err(|_| bad("sequence number"))?;
+        let hash = field()?;
+        let len_at = field()?;
+        let len: usize = keys
+            .get(len_at)
+            .unwrap_or_default()
+            .parse()
+            .map_err(|_| bad("line length"))?;
+        let line = line_at..line_at.checked_add(len).ok_or_else(|| bad("line length"))?;
+        // `get` refuses a range past the end or not on a char boundary.
+        lines.get(line.clone()).ok_or_else(|| bad("line length"))?;
+        line_at = line.end;
+        out.push(RowAt { seq, hash, line });
+    }
+    if line_at != lines.len() {
+        return Err(bad("bytes after the last line"));
     }
     Ok(out)
 }
@@ -147,21 +243,34 @@ mod tests {
     #[test]
     fn an_aggregated_page_splits_into_its_rows_whatever_the_lines_hold() {
         let lines = ["{\"a\":1}", "tab\there\nnewline and é", ""];
-        let mut page = String::new();
+        let (mut keys, mut text) = (String::new(), String::new());
         for (i, l) in lines.iter().enumerate() {
-            page.push_str(&format!("{}\t{}\t{}\t{l}", i + 1, "ab".repeat(32), l.len()));
+            keys.push_str(&format!("{}\t{}\t{}\t", i + 1, "ab".repeat(32), l.len()));
+            text.push_str(l);
         }
-        let rows = split_page(&page).unwrap();
+        let rows = AuditRowsPage {
+            rows: split_page(&keys, &text).unwrap(),
+            keys,
+            lines: text,
+        };
         assert_eq!(rows.len(), 3);
-        for (i, (r, l)) in rows.iter().zip(lines).enumerate() {
+        assert_eq!(rows.last_seq(), Some(3));
+        for (i, (r, l)) in rows.rows().zip(lines).enumerate() {
             assert_eq!(
-                (r.seq, r.hash.as_str(), r.line.as_str()),
+                (r.seq, r.hash, r.line),
                 (i as i64 + 1, "ab".repeat(32).as_str(), l)
             );
         }
-        assert!(split_page("").unwrap().is_empty());
-        for bad in ["1\tab", "x\tab\t1\ta", "1\tab\t9\tshort", "1\tab\t1\té"] {
-            assert!(split_page(bad).is_err(), "{bad}");
+        assert!(split_page("", "").unwrap().is_empty());
+        for (keys, lines) in [
+            ("1\tab", "a"),
+            ("x\tab\t1\t", "a"),
+            ("1\tab\t9\t", "short"),
+            ("1\tab\t1\t", "é"),
+            ("1\tab\t1\t", "ab"),
+            ("", "a"),
+        ] {
+            assert!(split_page(keys, lines).is_err(), "{keys:?} {lines:?}");
         }
     }
 }

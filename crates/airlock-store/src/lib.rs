@@ -44,7 +44,7 @@ mod webhooks;
 pub use actions::{ActionEnd, ActionRefusal, Proposed};
 pub use agents::{AgentItem, ItemRefusal, StoredProfile};
 pub use approvals::{ApprovalRefusal, Decision, MAX_PAYLOAD_BYTES, NewApproval, canonical_payload};
-pub use audit::AuditRow;
+pub use audit::{AuditRow, AuditRowRef, AuditRowsPage};
 pub use deletion::{EXPORT_WITHHELD, WORKSPACE_TABLES, WorkspaceDeletion, WorkspaceRow};
 pub use emergency::{CANCEL_BY_EMERGENCY_STOP, CANCEL_BY_REQUEST, StopOutcome};
 pub use execution::*;

@@ -9,7 +9,7 @@ use std::process::Command;
 use airlock_audit::jcs::canonicalize;
 use airlock_audit::{
     ChainError, ChainedEvent, GENESIS, LineView, Verifier, VerifySummary, from_json_line, hex,
-    link_hash, to_json_line,
+    link_hash, prepare_lines, to_json_line,
 };
 use proptest::prelude::*;
 use serde_json::{Value, json};
@@ -42,6 +42,28 @@ fn verify_lines(
     }
     for l in lines {
         v.push_line(l)?;
+    }
+    v.finish()
+}
+
+/// [`verify_lines`] with the lines read and hashed on `threads` threads first
+/// (`prepare_lines`), then checked in order (`Verifier::push_prepared`).
+fn verify_prepared(
+    lines: &[String],
+    ws: Option<&str>,
+    cp: Option<(u64, [u8; 32])>,
+    threads: usize,
+) -> Result<VerifySummary, ChainError> {
+    let mut v = Verifier::new();
+    if let Some(ws) = ws {
+        v = v.for_workspace(ws);
+    }
+    if let Some((seq, head)) = cp {
+        v = v.with_checkpoint(seq, head);
+    }
+    let refs: Vec<&str> = lines.iter().map(String::as_str).collect();
+    for p in &prepare_lines(&refs, threads) {
+        v.push_prepared(p)?;
     }
     v.finish()
 }
@@ -138,6 +160,65 @@ fn aud_4_stored_lines_verify_like_parsed_events_on_the_attack_matrix() {
             (Err(want), Err(got)) => assert_eq!(got, want, "{}", a.name),
             _ => panic!("{}: expected {:?}, got {:?}", a.name, a.expected, got),
         }
+    }
+}
+
+#[test]
+fn aud_4_lines_hashed_on_several_threads_give_the_one_thread_verdict() {
+    // The whole attack matrix: the same summary or the same error (variant, seq, reason)
+    // whatever the number of threads, including more threads than lines.
+    for a in attacks() {
+        let lines: Vec<String> = a.events.iter().map(line).collect();
+        let one = verify_lines(&lines, a.workspace, a.checkpoint);
+        for threads in [1, 2, 3, 4, 7, 64] {
+            let got = verify_prepared(&lines, a.workspace, a.checkpoint, threads);
+            assert_eq!(got, one, "{} on {threads} threads", a.name);
+        }
+    }
+    assert!(prepare_lines(&[], 2).is_empty());
+
+    // Several bad lines, one in each thread's share: the first in chain order is named,
+    // not the first a thread finished with.
+    let base: Vec<String> = chain(50).iter().map(line).collect();
+    let edit = |lines: &mut Vec<String>, seq: usize| {
+        lines[seq - 1] = lines[seq - 1].replace("2026-05-01", "2026-05-02");
+    };
+    let control = verify_lines(&base, Some(WS), None).unwrap();
+    assert_eq!(control.count, 50, "control: the untouched chain verifies");
+    for threads in [1, 2, 3, 4] {
+        assert_eq!(
+            verify_prepared(&base, Some(WS), None, threads),
+            Ok(control),
+            "control on {threads} threads"
+        );
+    }
+    for (bad, first) in [
+        (vec![40], 40),
+        (vec![10, 40], 10),
+        (vec![26, 49], 26),
+        (vec![50, 2], 2),
+    ] {
+        let mut lines = base.clone();
+        for &seq in &bad {
+            edit(&mut lines, seq);
+        }
+        for threads in [1, 2, 3, 4] {
+            let got = verify_prepared(&lines, Some(WS), None, threads);
+            assert_eq!(
+                got,
+                Err(ChainError::Edited { seq: first }),
+                "{bad:?} on {threads} threads"
+            );
+        }
+    }
+    // A line that is not an event at all in the second half, an edited one after it in the
+    // same half: the malformed one is named, at the seq due there.
+    let mut lines = base.clone();
+    lines[34] = "{}".to_string();
+    edit(&mut lines, 45);
+    for threads in [1, 2, 4] {
+        let got = verify_prepared(&lines, Some(WS), None, threads).map_err(|e| e.first_bad_seq());
+        assert_eq!(got, Err(35), "{threads} threads");
     }
 }
 
