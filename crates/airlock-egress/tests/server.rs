@@ -34,17 +34,8 @@ fn listen(e: &Egress, name: &str) -> (airlock_egress::SandboxEgress, u16) {
 /// connection closed without one).
 fn status_of(port: u16, request: &[u8]) -> (u16, String) {
     let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     let _ = s.write_all(request);
-    let mut buf = vec![0u8; 4096];
-    let n = s.read(&mut buf).unwrap_or(0);
-    let head = String::from_utf8_lossy(&buf[..n]).to_string();
-    let code = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    (code, head)
+    read_status(&mut s)
 }
 
 const POLICY: &str = "[limits]\nheader_read_timeout_ms = 300\nmax_requests_per_second = 5\nmax_concurrent_tunnels = 2\n[[allow]]\ncidr = \"127.0.0.1/32\"\nports = [1, 2, 3]\n";

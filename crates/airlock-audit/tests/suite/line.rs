@@ -28,11 +28,8 @@ fn line(e: &ChainedEvent) -> String {
     })
 }
 
-fn verify_lines(
-    lines: &[String],
-    ws: Option<&str>,
-    cp: Option<(u64, [u8; 32])>,
-) -> Result<VerifySummary, ChainError> {
+/// A verifier for workspace `ws` (any when `None`) holding checkpoint `cp`.
+fn verifier(ws: Option<&str>, cp: Option<(u64, [u8; 32])>) -> Verifier {
     let mut v = Verifier::new();
     if let Some(ws) = ws {
         v = v.for_workspace(ws);
@@ -40,6 +37,15 @@ fn verify_lines(
     if let Some((seq, head)) = cp {
         v = v.with_checkpoint(seq, head);
     }
+    v
+}
+
+fn verify_lines(
+    lines: &[String],
+    ws: Option<&str>,
+    cp: Option<(u64, [u8; 32])>,
+) -> Result<VerifySummary, ChainError> {
+    let mut v = verifier(ws, cp);
     for l in lines {
         v.push_line(l)?;
     }
@@ -54,13 +60,7 @@ fn verify_prepared(
     cp: Option<(u64, [u8; 32])>,
     threads: usize,
 ) -> Result<VerifySummary, ChainError> {
-    let mut v = Verifier::new();
-    if let Some(ws) = ws {
-        v = v.for_workspace(ws);
-    }
-    if let Some((seq, head)) = cp {
-        v = v.with_checkpoint(seq, head);
-    }
+    let mut v = verifier(ws, cp);
     let refs: Vec<&str> = lines.iter().map(String::as_str).collect();
     for p in &prepare_lines(&refs, threads) {
         v.push_prepared(p)?;
