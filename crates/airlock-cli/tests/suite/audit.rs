@@ -116,8 +116,13 @@ fn script_verify(env: &Env, db: &Path, extra: &[&str], key: &str) -> (bool, Stri
     assert!(out.status.success());
     let file = db.with_extension("jsonl");
     std::fs::write(&file, &out.stdout).unwrap();
-    // `cryptography` checks the signatures: the system's, or the pinned
-    // copy scripts/test installs when there is none.
+    run_verify_export(&file, key)
+}
+
+/// `verify_export.py --public-key KEY FILE`: success, and its verdict line.
+/// `cryptography` checks the signatures: the system's, or the pinned copy
+/// scripts/test installs when there is none.
+pub(crate) fn run_verify_export(file: &Path, key: &str) -> (bool, String) {
     let pydeps = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/pydeps-crypto");
     let mut pythonpath = std::env::var_os("PYTHONPATH").unwrap_or_default();
     if pydeps.is_dir() {
@@ -131,7 +136,7 @@ fn script_verify(env: &Env, db: &Path, extra: &[&str], key: &str) -> (bool, Stri
     let out = Command::new("python3")
         .arg(verify_script())
         .args(["--public-key", key])
-        .arg(&file)
+        .arg(file)
         .env("PYTHONPATH", pythonpath)
         .output()
         .unwrap();

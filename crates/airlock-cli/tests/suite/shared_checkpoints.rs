@@ -62,24 +62,7 @@ fn script_verify(env: &Env, url: &str, cp_dir: &str, ws: &str, key: &str) -> (bo
     assert!(out.status.success());
     let file = env.root().join("export.jsonl");
     std::fs::write(&file, &out.stdout).unwrap();
-    let script =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../airlock-audit/verify_export.py");
-    let out = Command::new("python3")
-        .arg(script)
-        .args(["--public-key", key])
-        .arg(&file)
-        .output()
-        .unwrap();
-    assert_ne!(
-        out.status.code(),
-        Some(2),
-        "verify_export.py could not run (it needs `cryptography`): {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).trim().to_string(),
-    )
+    crate::suite::audit::run_verify_export(&file, key)
 }
 
 /// Two worker nodes (checkpointing every second) and a web node on one
