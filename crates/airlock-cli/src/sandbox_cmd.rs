@@ -123,9 +123,13 @@ pub struct ExecArgs {
     /// agent's think time, during which the pool refills).
     #[arg(long, value_name = "MS", default_value_t = 0, requires = "repeat")]
     pause_ms: u64,
-    /// With --repeat and --pool: before each launch after the first, wait
-    /// (up to 30 s) until the pool has a sandbox ready, so that every
-    /// launch but the first measures a pooled start.
+    /// With --repeat and --pool: stock the pool for this launch before the
+    /// first one (as `airlock up` does for its runs' default limits), then
+    /// launch in waves of --concurrency, and before each wave wait (up to
+    /// 30 s) until the pool has a sandbox ready for every launch of the
+    /// wave (at most --pool), so that every launch measures a pooled
+    /// start: a burst arriving at a server whose pool was refilled while it
+    /// was idle. The summary then has each wave's wall time.
     #[arg(long, requires = "pool")]
     pool_wait: bool,
     /// Pass the command's output through byte for byte even to a terminal. By default,
@@ -413,61 +417,109 @@ fn repeat(a: &ExecArgs, req: SandboxRequest, subids: SubidChoice) -> ExitCode {
         Err(e) => return fail(true, "sandbox_setup_failed", &e.to_string()),
     };
     let launcher = SandboxLauncher::with_broker(broker.clone());
-    let next = AtomicUsize::new(0);
+    // With --pool-wait the pool learns this kind of launch now, as `airlock
+    // up` stocks its runs' limits at start; without it, from the first
+    // launch, which starts cold.
+    if a.pool_wait
+        && let Err(e) = broker.stock(&req.limits)
+    {
+        return fail(true, e.reason(), &e.to_string());
+    }
     let walls = Mutex::new(Vec::with_capacity(a.repeat));
     let failures = Mutex::new(Vec::new());
     let last = Mutex::new(None);
-    let started = std::time::Instant::now();
-    std::thread::scope(|scope| {
-        for _ in 0..a.concurrency {
-            scope.spawn(|| {
-                while let i = next.fetch_add(1, Ordering::Relaxed)
-                    && i < a.repeat
-                {
-                    if a.pool_wait && i > 0 {
-                        let until = std::time::Instant::now() + Duration::from_secs(30);
-                        while broker.pool_stats().is_some_and(|s| s.ready == 0)
-                            && std::time::Instant::now() < until
-                        {
-                            std::thread::sleep(Duration::from_millis(1));
-                        }
-                    }
-                    let egress = match egress_plan(a) {
-                        Ok(e) => e,
-                        Err(m) => {
-                            failures.lock().unwrap_or_else(|p| p.into_inner()).push(m);
-                            continue;
-                        }
-                    };
-                    let launch = Launch {
-                        sandbox: req.clone(),
-                        platform_env: Vec::new(),
-                        egress,
-                        label: format!("sbx-{}", std::process::id()),
-                        run: None,
-                    };
-                    let t = std::time::Instant::now();
-                    let outcome = launch
-                        .prepare()
-                        .and_then(|p| launcher.launch_prepared(p, Controls::default()));
-                    let ms = t.elapsed().as_secs_f64() * 1e3;
-                    match outcome {
-                        Ok(l) => {
-                            walls.lock().unwrap_or_else(|p| p.into_inner()).push(ms);
-                            *last.lock().unwrap_or_else(|p| p.into_inner()) = Some(l.result);
-                        }
-                        Err(e) => failures
-                            .lock()
-                            .unwrap_or_else(|p| p.into_inner())
-                            .push(e.to_string()),
-                    }
-                    if a.pause_ms > 0 {
-                        std::thread::sleep(Duration::from_millis(a.pause_ms));
-                    }
-                }
-            });
+    // One launch: its wall time, or why it failed.
+    let launch_one = || {
+        let egress = match egress_plan(a) {
+            Ok(e) => e,
+            Err(m) => {
+                failures.lock().unwrap_or_else(|p| p.into_inner()).push(m);
+                return;
+            }
+        };
+        let launch = Launch {
+            sandbox: req.clone(),
+            platform_env: Vec::new(),
+            egress,
+            label: format!("sbx-{}", std::process::id()),
+            run: None,
+        };
+        let t = std::time::Instant::now();
+        let outcome = launch
+            .prepare()
+            .and_then(|p| launcher.launch_prepared(p, Controls::default()));
+        let ms = t.elapsed().as_secs_f64() * 1e3;
+        match outcome {
+            Ok(l) => {
+                walls.lock().unwrap_or_else(|p| p.into_inner()).push(ms);
+                *last.lock().unwrap_or_else(|p| p.into_inner()) = Some(l.result);
+            }
+            Err(e) => failures
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(e.to_string()),
         }
-    });
+        if a.pause_ms > 0 {
+            std::thread::sleep(Duration::from_millis(a.pause_ms));
+        }
+    };
+    let waves_ms = Mutex::new(Vec::new());
+    let started = std::time::Instant::now();
+    if a.pool_wait {
+        // Waves: every launcher takes part in each (a barrier before and
+        // after the wait for the pool), and launch `wave * C + k` is
+        // launcher k's.
+        let want = a.pool.min(a.concurrency);
+        let waves = a.repeat.div_ceil(a.concurrency);
+        let gate = std::sync::Barrier::new(a.concurrency);
+        let wave_start = Mutex::new(std::time::Instant::now());
+        let wave_done = AtomicUsize::new(0);
+        std::thread::scope(|scope| {
+            for k in 0..a.concurrency {
+                let (gate, wave_start, wave_done) = (&gate, &wave_start, &wave_done);
+                let (launch_one, waves_ms) = (&launch_one, &waves_ms);
+                let (broker, limits) = (&broker, &req.limits);
+                scope.spawn(move || {
+                    for wave in 0..waves {
+                        if gate.wait().is_leader() {
+                            let until = std::time::Instant::now() + Duration::from_secs(30);
+                            while broker.pool_ready_for(limits) < want
+                                && std::time::Instant::now() < until
+                            {
+                                std::thread::sleep(Duration::from_millis(1));
+                            }
+                            wave_done.store(0, Ordering::SeqCst);
+                            *wave_start.lock().unwrap_or_else(|p| p.into_inner()) =
+                                std::time::Instant::now();
+                        }
+                        gate.wait();
+                        if wave * a.concurrency + k < a.repeat {
+                            launch_one();
+                        }
+                        // The last launcher of the wave to finish times it.
+                        if wave_done.fetch_add(1, Ordering::SeqCst) + 1 == a.concurrency {
+                            let began = *wave_start.lock().unwrap_or_else(|p| p.into_inner());
+                            waves_ms
+                                .lock()
+                                .unwrap_or_else(|p| p.into_inner())
+                                .push(began.elapsed().as_secs_f64() * 1e3);
+                        }
+                    }
+                });
+            }
+        });
+    } else {
+        let next = AtomicUsize::new(0);
+        std::thread::scope(|scope| {
+            for _ in 0..a.concurrency {
+                scope.spawn(|| {
+                    while next.fetch_add(1, Ordering::Relaxed) < a.repeat {
+                        launch_one();
+                    }
+                });
+            }
+        });
+    }
     let elapsed = started.elapsed().as_secs_f64();
     // In the order the launches ended; the statistics sort a copy.
     let walls = walls.into_inner().unwrap_or_else(|p| p.into_inner());
@@ -494,6 +546,7 @@ fn repeat(a: &ExecArgs, req: SandboxRequest, subids: SubidChoice) -> ExitCode {
         "min_ms": sorted.first(),
         "max_ms": sorted.last(),
         "launches_per_second": walls.len() as f64 / elapsed.max(1e-9),
+        "waves_ms": waves_ms.into_inner().unwrap_or_else(|p| p.into_inner()),
         "wall_ms": walls,
         "last": last.as_ref().map(|r| json!({
             "exit_code": r.exit_code,

@@ -29,7 +29,7 @@ use crate::exe::{ExeError, ExecutableIdentity, ResolvedExecutable};
 use crate::output::Captured;
 use crate::pool::{Pool, PoolKey, PoolStats, Pooled};
 use crate::report::{ContainmentReport, Guarantee, Level};
-use crate::spec::{self, DriverChoice, SandboxSpec};
+use crate::spec::{self, DriverChoice, Limits, SandboxSpec};
 use crate::subid::{SubidChoice, SubidError};
 use crate::sys;
 use crate::wire::{
@@ -198,6 +198,16 @@ impl LaunchError {
     }
 }
 
+/// Who a launch's workload is on the host.
+struct LaunchIds {
+    /// The broker is root: the workload gets the sandbox ids.
+    root: bool,
+    outer_uid: u32,
+    outer_gid: u32,
+    /// Where the ids come from, for the containment report.
+    host_ids: String,
+}
+
 /// Launches workloads.
 #[derive(Debug, Clone)]
 pub struct Broker {
@@ -248,6 +258,74 @@ impl Broker {
             n => Some(Pool::start(n, Box::new(build_pooled))?),
         };
         Ok(self)
+    }
+
+    /// Starts keeping sandboxes ready for launches under `limits` before
+    /// the first such launch (the pool otherwise learns a kind of launch
+    /// from its first, cold, launch): `airlock up` stocks its runs'
+    /// default limits at start, and a burst of launches then finds the
+    /// pool full. Returns whether the pool is on; without it, nothing to
+    /// do.
+    pub fn stock(&self, limits: &Limits) -> Result<bool, LaunchError> {
+        let Some(pool) = &self.pool else {
+            return Ok(false);
+        };
+        let ids = self.launch_ids()?;
+        pool.stock(self.pool_key(&ids, limits));
+        Ok(true)
+    }
+
+    /// How many pooled sandboxes are ready for launches under `limits`
+    /// (0 without a pool, or when the ids cannot be resolved).
+    pub fn pool_ready_for(&self, limits: &Limits) -> usize {
+        match (&self.pool, self.launch_ids()) {
+            (Some(pool), Ok(ids)) => pool.ready_for(&self.pool_key(&ids, limits)),
+            _ => 0,
+        }
+    }
+
+    /// The host ids this broker's next launch runs as (SBX-3: a root
+    /// broker's workloads are never host root; a bad range is refused
+    /// before anything is created).
+    fn launch_ids(&self) -> Result<LaunchIds, SubidError> {
+        if nix::unistd::geteuid().is_root() {
+            let ids = crate::subid::resolve(&self.subids)?;
+            let host_ids = format!(
+                "sandbox ids from {} (uids {}, gids {})",
+                ids.source, ids.uid_range, ids.gid_range
+            );
+            Ok(LaunchIds {
+                root: true,
+                outer_uid: ids.uid,
+                outer_gid: ids.gid,
+                host_ids,
+            })
+        } else {
+            Ok(LaunchIds {
+                root: false,
+                outer_uid: nix::unistd::geteuid().as_raw(),
+                outer_gid: nix::unistd::getegid().as_raw(),
+                host_ids: "the invoking user".to_string(),
+            })
+        }
+    }
+
+    /// Everything a pooled sandbox for a launch under `limits` is built
+    /// with: a launch takes only a sandbox of its own key.
+    fn pool_key(&self, ids: &LaunchIds, limits: &Limits) -> PoolKey {
+        PoolKey {
+            init_exe: self.init_exe.clone(),
+            outer_uid: ids.outer_uid,
+            outer_gid: ids.outer_gid,
+            switch_ids: ids.root,
+            host_ids: ids.host_ids.clone(),
+            limits: (
+                limits.memory_bytes,
+                Some(limits.pids.unwrap_or(spec::DEFAULT_PIDS)),
+                limits.cpu_millicores,
+            ),
+            tmp_bytes: limits.tmp_bytes.unwrap_or(spec::DEFAULT_TMP_BYTES),
+        }
     }
 
     /// The pool's counters, when the pool is on.
@@ -416,21 +494,12 @@ impl Broker {
         });
         // SBX-3: a root broker's workloads are never host root. The ids are
         // resolved (and a bad range refused) before anything is created.
-        let root = nix::unistd::geteuid().is_root();
-        let (outer_uid, outer_gid, host_ids) = if root {
-            let ids = crate::subid::resolve(&self.subids)?;
-            let note = format!(
-                "sandbox ids from {} (uids {}, gids {})",
-                ids.source, ids.uid_range, ids.gid_range
-            );
-            (ids.uid, ids.gid, note)
-        } else {
-            (
-                nix::unistd::geteuid().as_raw(),
-                nix::unistd::getegid().as_raw(),
-                "the invoking user".to_string(),
-            )
-        };
+        let LaunchIds {
+            root,
+            outer_uid,
+            outer_gid,
+            host_ids,
+        } = self.launch_ids()?;
         // The sandbox uid must be able to write its writable roots; files
         // it creates there stay owned by it (see hostfs::grant_access).
         let mut grants = Grants(Vec::new());
@@ -494,16 +563,13 @@ impl Broker {
         // A pre-built sandbox when the pool has one for exactly this key.
         let pooled = match &self.pool {
             Some(pool) if use_pool && level == Level::Namespaces => {
-                let key = PoolKey {
-                    init_exe: self.init_exe.clone(),
+                let ids = LaunchIds {
+                    root,
                     outer_uid,
                     outer_gid,
-                    switch_ids: root,
                     host_ids: host_ids.clone(),
-                    limits: (limits.memory_bytes, limits.pids, limits.cpu_millicores),
-                    tmp_bytes,
                 };
-                let taken = pool.take(&key);
+                let taken = pool.take(&self.pool_key(&ids, &spec.limits));
                 mark(if taken.is_some() {
                     "pool_taken"
                 } else {

@@ -191,20 +191,9 @@ impl Pool {
     /// A live, never-used sandbox built for `key`, if one is ready. Either
     /// way, `key` is stocked from now on.
     pub fn take(&self, key: &PoolKey) -> Option<Pooled> {
-        let mut dead = Vec::new();
+        let mut dead = self.want(key.clone());
         let taken = {
             let mut st = self.lock();
-            st.wanted.insert(key.clone(), Instant::now());
-            if st.wanted.len() > MAX_KEYS
-                && let Some(oldest) = st
-                    .wanted
-                    .iter()
-                    .min_by_key(|(_, t)| **t)
-                    .map(|(k, _)| k.clone())
-            {
-                st.wanted.remove(&oldest);
-                dead.extend(st.ready.remove(&oldest).unwrap_or_default());
-            }
             let mut taken = None;
             if let Some(list) = st.ready.get_mut(key) {
                 while let Some(mut p) = list.pop() {
@@ -230,6 +219,40 @@ impl Pool {
             None => self.empty.fetch_add(1, Ordering::Relaxed),
         };
         taken
+    }
+
+    /// Keeps `key` stocked from now on, before its first launch, and
+    /// wakes the filler to build its sandboxes.
+    pub fn stock(&self, key: PoolKey) {
+        let dropped = self.want(key);
+        for p in dropped {
+            p.discard();
+        }
+        self.wake.notify_one();
+    }
+
+    /// How many sandboxes of `key` are ready now.
+    pub fn ready_for(&self, key: &PoolKey) -> usize {
+        self.lock().ready.get(key).map_or(0, Vec::len)
+    }
+
+    /// Marks `key` wanted now; when that makes too many keys, the least
+    /// recently wanted one is no longer stocked and its ready sandboxes
+    /// are returned, to be discarded outside the lock.
+    fn want(&self, key: PoolKey) -> Vec<Pooled> {
+        let mut st = self.lock();
+        st.wanted.insert(key, Instant::now());
+        if st.wanted.len() > MAX_KEYS
+            && let Some(oldest) = st
+                .wanted
+                .iter()
+                .min_by_key(|(_, t)| **t)
+                .map(|(k, _)| k.clone())
+        {
+            st.wanted.remove(&oldest);
+            return st.ready.remove(&oldest).unwrap_or_default();
+        }
+        Vec::new()
     }
 
     /// A launch is over: time to replace what it took.

@@ -149,6 +149,11 @@ impl Service {
         // A pool that cannot start (no thread) leaves every launch cold.
         let broker = airlock_sandbox::Broker::new();
         let broker = broker.clone().with_pool(cfg.sandbox_pool).unwrap_or(broker);
+        // Runs and tool calls of workers that keep the default limits (most
+        // do) find sandboxes ready from the first one. Ids that cannot be
+        // resolved fail each launch with the reason; nothing to report here.
+        let defaults = airlock_worker::Limits::default();
+        let _ = broker.stock(&crate::executor::sandbox_limits(&defaults));
         let launcher = airlock_launch::SandboxLauncher::with_broker(broker);
         Self::open_with_launcher(store, cfg, Arc::new(launcher))
     }

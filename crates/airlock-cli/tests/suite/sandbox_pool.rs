@@ -56,8 +56,8 @@ echo yes > /tmp/earlier
 echo "ok $(id -u)" >> "$W/log"
 "#;
 
-/// Three launches from one process with a pool of one: the first is cold,
-/// the next two pooled; no sandbox is used twice (each `/tmp` is new), the
+/// Three launches from one process with a pool of one, stocked before the
+/// first (`--pool-wait`): all three pooled; no sandbox is used twice (each `/tmp` is new), the
 /// writable root works in a pooled sandbox, and the pooled report has
 /// exactly the guarantees, in force or not, of a cold launch of the same
 /// request.
@@ -81,8 +81,9 @@ fn sbx_pool_launches_are_used_once_and_keep_every_guarantee(who: Who) {
     );
     assert_eq!(summary["failed"], 0, "{summary}");
     assert_eq!(summary["launches"], 3, "{summary}");
-    assert_eq!(summary["pooled"], 2, "{summary}");
-    assert_eq!(summary["cold"], 1, "{summary}");
+    assert_eq!(summary["pooled"], 3, "{summary}");
+    assert_eq!(summary["cold"], 0, "{summary}");
+    assert_eq!(summary["waves_ms"].as_array().map(Vec::len), Some(3));
     let log = std::fs::read_to_string(w.path().join("log")).unwrap();
     assert_eq!(log.matches("control").count(), 3, "{log}");
     assert!(!log.contains("REUSED"), "a sandbox was used twice: {log}");
@@ -154,6 +155,54 @@ fn sbx_pool_an_exhausted_pool_falls_back_to_cold_launches() {
         stages.contains(&"pool_taken") || stages.contains(&"pool_empty"),
         "{stages:?}"
     );
+}
+
+/// A burst at a stocked pool: with `--pool-wait` the pool is stocked before
+/// the first launch and refilled between waves, so two waves of four
+/// launches at once all take pooled sandboxes. Control: the same burst
+/// without stocking finds the pool empty at least once.
+#[test]
+fn sbx_pool_a_stocked_pool_serves_a_burst_from_its_first_launch() {
+    let opts = |wait: bool| {
+        let mut v = vec!["--repeat", "8", "--concurrency", "4", "--pool", "4"];
+        if wait {
+            v.push("--pool-wait");
+        }
+        repeat(Who::Invoker, &v, &["/bin/true"])
+    };
+    let stocked = opts(true);
+    assert_eq!(stocked["failed"], 0, "{stocked}");
+    assert_eq!(stocked["pooled"], 8, "{stocked}");
+    assert_eq!(stocked["cold"], 0, "{stocked}");
+    assert_eq!(stocked["waves_ms"].as_array().map(Vec::len), Some(2));
+    let unstocked = opts(false);
+    assert_eq!(unstocked["failed"], 0, "{unstocked}");
+    assert!(unstocked["cold"].as_u64().unwrap() >= 1, "{unstocked}");
+}
+
+/// A broker stocked for some limits before any launch hands its first
+/// launch under those limits a pooled sandbox, and only those limits:
+/// a launch under other limits starts cold.
+#[test]
+fn sbx_pool_stocking_prepares_exactly_the_stocked_limits() {
+    let broker = pooled_broker(1);
+    let limits = airlock_sandbox::Limits {
+        memory_bytes: Some(64 << 20),
+        ..Default::default()
+    };
+    assert!(broker.stock(&limits).unwrap());
+    eventually("a stocked sandbox", || broker.pool_ready_for(&limits) >= 1);
+    let other = spec(&["/bin/true"], |r| r.limits.memory_bytes = Some(96 << 20));
+    assert_eq!(broker.run(&other).unwrap().exit_code, Some(0));
+    let s = broker.pool_stats().unwrap();
+    assert_eq!((s.pooled, s.empty), (0, 1), "{s:?}");
+    let same = spec(&["/bin/true"], |r| r.limits = limits.clone());
+    assert_eq!(broker.run(&same).unwrap().exit_code, Some(0));
+    let s = broker.pool_stats().unwrap();
+    assert_eq!((s.pooled, s.empty), (1, 1), "{s:?}");
+    // Without a pool there is nothing to stock.
+    let plain = airlock_sandbox::Broker::with_init_exe(airlock_bin());
+    assert!(!plain.stock(&limits).unwrap());
 }
 
 /// Whether process `pid` exists and is not a zombie.
@@ -455,8 +504,8 @@ fn host_processes_with(marker: &str) -> Vec<u32> {
 /// (control: the daemon did start and wrote its file), tries to write to
 /// `/` and `/usr`, looks for a file planted in the host's `/tmp` and for
 /// the pool's own root directories, and counts the processes it sees. When
-/// `--repeat` returns (the first launch cold, the second pooled), no
-/// process of either daemon is left on the host.
+/// `--repeat` returns (both launches pooled, the pool stocked before the
+/// first), no process of either daemon is left on the host.
 fn sbx_pool_a_pooled_sandbox_holds_and_leaves_nothing_behind(who: Who) {
     let w = workdir(who);
     let wp = path_str(w.path());
@@ -493,7 +542,7 @@ echo done
         &["/bin/sh", "-c", &script],
     );
     assert_eq!(summary["failed"], 0, "{summary}");
-    assert_eq!(summary["pooled"], 1, "{summary}");
+    assert_eq!(summary["pooled"], 2, "{summary}");
     let out = summary["last"]["stdout"].as_str().unwrap();
     assert!(out.contains("done"), "{summary}");
     for bad in ["WROTE-ROOT", "WROTE-USR", "SAW-HOST-TMP", "SAW-POOL-DIR"] {
@@ -674,8 +723,8 @@ both_users!(sbx_4_a_broker_killed_with_sigkill_takes_its_sandboxes_with_it);
 
 /// Egress from a pooled sandbox: its listener (created in a namespace built
 /// before the launch) is handed to the launch's own proxy, which applies
-/// the launch's policy: the allowed upstream answers through it, twice in
-/// a row from pooled sandboxes. Control: the same pooled launches without
+/// the launch's policy: the allowed upstream answers through it, three
+/// times in a row from pooled sandboxes. Control: the same pooled launches without
 /// `--allow` are refused by the proxy.
 fn sbx_pool_a_pooled_sandbox_reaches_only_what_its_launch_allows(who: Who) {
     let up = crate::suite::upstream::start();
@@ -689,7 +738,7 @@ fn sbx_pool_a_pooled_sandbox_reaches_only_what_its_launch_allows(who: Who) {
         &["/usr/bin/python3", "-c", fetch, &url],
     );
     assert_eq!(allowed["failed"], 0, "{allowed}");
-    assert_eq!(allowed["pooled"], 2, "{allowed}");
+    assert_eq!(allowed["pooled"], 3, "{allowed}");
     assert_eq!(
         allowed["last"]["stdout"].as_str().unwrap().trim(),
         "200 - hello from upstream",
@@ -700,7 +749,7 @@ fn sbx_pool_a_pooled_sandbox_reaches_only_what_its_launch_allows(who: Who) {
         &[&opts[..], &["--egress-policy", "/dev/null"]].concat(),
         &["/usr/bin/python3", "-c", fetch, &url],
     );
-    assert_eq!(refused["pooled"], 2, "{refused}");
+    assert_eq!(refused["pooled"], 3, "{refused}");
     assert!(
         refused["last"]["stdout"]
             .as_str()
@@ -710,3 +759,20 @@ fn sbx_pool_a_pooled_sandbox_reaches_only_what_its_launch_allows(who: Who) {
     );
 }
 both_users!(sbx_pool_a_pooled_sandbox_reaches_only_what_its_launch_allows);
+
+/// `airlock up` stocks its pool for runs under the default worker limits
+/// when it starts: sandboxes wait under the server before its first run,
+/// so the first run (and a burst of them) starts pooled. Control: a server
+/// started beside it with `AIRLOCK_SANDBOX_POOL=0` has none, once the
+/// stocked one has its two.
+#[test]
+fn sbx_pool_airlock_up_stocks_its_pool_before_the_first_run() {
+    use crate::suite::runs::{Env, Server};
+    let (stocked_env, plain_env) = (Env::new(Who::Invoker), Env::new(Who::Invoker));
+    let stocked = Server::start(&stocked_env, &[]);
+    let plain = Server::start(&plain_env, &[("AIRLOCK_SANDBOX_POOL", "0")]);
+    eventually("two sandboxes waiting under airlock up", || {
+        sandbox_inits_of(stocked.pid()).len() >= 2
+    });
+    assert_eq!(sandbox_inits_of(plain.pid()), Vec::<u32>::new());
+}

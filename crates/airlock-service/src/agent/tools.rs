@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 use airlock_agent::{Action, bounded};
 use airlock_files::workdir::{ListOpts, WriteOpts};
 use airlock_launch::{Controls, EgressPlan, Launch};
-use airlock_sandbox::{Limits, Mount, SandboxRequest};
+use airlock_sandbox::{Mount, SandboxRequest};
 use airlock_store::Artifact;
 use serde_json::{Value, json};
 
@@ -188,14 +188,7 @@ impl Service {
                 },
             ],
             timeout: Some(Duration::from_secs(timeout)),
-            limits: Limits {
-                memory_bytes: Some(l.memory_mb << 20),
-                pids: Some(l.pids),
-                cpu_millicores: Some((l.cpus * 1000.0).round().max(1.0) as u64),
-                file_size_bytes: Some(l.output_bytes.max(1 << 20)),
-                tmp_bytes: Some(l.disk_mb << 20),
-                ..Limits::default()
-            },
+            limits: crate::executor::sandbox_limits(l),
             output_budget: Some(1 << 20),
             driver: self.cfg.driver,
             ..SandboxRequest::default()

@@ -45,7 +45,7 @@ pub(crate) use collect::file_error_code;
 mod finish;
 mod launch;
 mod stage;
-pub(crate) use stage::secret_code;
+pub(crate) use stage::{sandbox_limits, secret_code};
 #[cfg(test)]
 mod tests;
 

@@ -164,14 +164,7 @@ impl Service {
             secret_files,
             env,
             timeout: Some(Duration::from_secs(l.timeout_s)),
-            limits: Limits {
-                memory_bytes: Some(l.memory_mb << 20),
-                pids: Some(l.pids),
-                cpu_millicores: Some((l.cpus * 1000.0).round().max(1.0) as u64),
-                file_size_bytes: Some(l.output_bytes.max(1 << 20)),
-                tmp_bytes: Some(l.disk_mb << 20),
-                ..Limits::default()
-            },
+            limits: sandbox_limits(l),
             output_budget: Some(1 << 20),
             driver: self.cfg.driver,
             ..SandboxRequest::default()
@@ -306,5 +299,17 @@ impl Service {
             resolver: None,
             halt: Some(halt),
         }))
+    }
+}
+
+/// The sandbox limits of a run or tool call under a worker's `[limits]`.
+pub(crate) fn sandbox_limits(l: &airlock_worker::Limits) -> Limits {
+    Limits {
+        memory_bytes: Some(l.memory_mb << 20),
+        pids: Some(l.pids),
+        cpu_millicores: Some((l.cpus * 1000.0).round().max(1.0) as u64),
+        file_size_bytes: Some(l.output_bytes.max(1 << 20)),
+        tmp_bytes: Some(l.disk_mb << 20),
+        ..Limits::default()
     }
 }
