@@ -776,13 +776,14 @@ impl Broker {
                 if let Some(f) = before_start {
                     f();
                 }
-                let handed = crate::pool::send_spec(&mut p.spec, &init).and_then(|()| {
-                    let roots = sent.iter().flatten().map(|s| &s.fd);
-                    crate::pool::send_fds(
-                        &p.control,
-                        [&exe_fd, &out_w, &err_w].into_iter().chain(roots),
-                    )
-                });
+                // The descriptors go first: PID 1 wakes on the spec and
+                // finds them queued, instead of sleeping again on each.
+                let roots = sent.iter().flatten().map(|s| &s.fd);
+                let handed = crate::pool::send_fds(
+                    &p.control,
+                    [&exe_fd, &out_w, &err_w].into_iter().chain(roots),
+                )
+                .and_then(|()| crate::pool::send_spec(&mut p.spec, &init));
                 drop((exe_fd, out_w, err_w, sent));
                 mark("spec_sent");
                 if handed.is_err() {

@@ -153,10 +153,19 @@ impl Status {
     }
 
     fn send(&mut self, e: &InitEvent) {
-        if let Ok(mut line) = serde_json::to_vec(e) {
-            line.push(b'\n');
-            let _ = self.0.write_all(&line);
+        self.send_all(std::slice::from_ref(e));
+    }
+
+    /// Several events in one write: the broker wakes once for all of them.
+    fn send_all(&mut self, events: &[InitEvent]) {
+        let mut lines = Vec::new();
+        for e in events {
+            if let Ok(line) = serde_json::to_vec(e) {
+                lines.extend_from_slice(&line);
+                lines.push(b'\n');
+            }
         }
+        let _ = self.0.write_all(&lines);
     }
     fn fail(&mut self, stage: &str, error: impl std::fmt::Display) -> i32 {
         self.send(&InitEvent::SetupFailed {
@@ -306,8 +315,10 @@ fn namespaces(spec: InitSpec, mut status: Status, exe: Option<OwnedFd>, go: Go) 
     // (set only now: a non-dumpable process cannot write its own uid_map).
     let _ = nix::sys::prctl::set_dumpable(false);
 
-    // The seccomp program is compiled once here, before any fork.
+    // The seccomp program is compiled once here, before any fork, and the
+    // capability count read.
     let seccomp = seccomp_policy::compile(SocketPolicy::UnixAndLoopbackInet, libc::EPERM as u32);
+    let _ = sys::cap_last_cap();
     let spec_pipe = match go.wait() {
         Ok(pipe) => pipe,
         Err(e) => return status.fail("cgroup attach", e),
@@ -688,17 +699,19 @@ fn start_workload(
                     Err(_) => break false,
                 }
             };
-            for b in &budgets {
-                status.send(&InitEvent::Budget {
+            let mut events: Vec<InitEvent> = budgets
+                .iter()
+                .map(|b| InitEvent::Budget {
                     root: b.path.clone(),
                     exhausted: crate::budget::exhausted(b),
                     error: crate::budget::commit(b).err(),
-                });
-            }
-            status.send(&exit);
+                })
+                .collect();
+            events.push(exit);
             if emptied {
-                status.send(&InitEvent::Emptied);
+                events.push(InitEvent::Emptied);
             }
+            status.send_all(&events);
             0
         }
     }

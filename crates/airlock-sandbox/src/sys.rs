@@ -147,6 +147,20 @@ pub(crate) fn loopback_up() -> Result<(), Errno> {
     Ok(())
 }
 
+/// The highest capability number this kernel knows (63 when it cannot be
+/// read: dropping numbers it does not know is harmless). Read once per
+/// process; the sandbox init reads it before it forks, so the workload's
+/// set-up does not open a procfs file again.
+pub(crate) fn cap_last_cap() -> libc::c_ulong {
+    static LAST: std::sync::OnceLock<libc::c_ulong> = std::sync::OnceLock::new();
+    *LAST.get_or_init(|| {
+        std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
+            .ok()
+            .and_then(|s| s.trim().parse::<libc::c_ulong>().ok())
+            .unwrap_or(63)
+    })
+}
+
 /// Drops every capability: sets the secure bits that stop the kernel from
 /// granting them back, empties the bounding and ambient sets, then the
 /// effective, permitted and inheritable sets. Returns whether all sets are
@@ -176,11 +190,7 @@ pub(crate) fn drop_all_capabilities_then(between: impl FnOnce() -> bool) -> bool
     // SAFETY: prctl calls with integer arguments only.
     unsafe {
         libc::prctl(libc::PR_SET_SECUREBITS, bits, 0, 0, 0);
-        let last = std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
-            .ok()
-            .and_then(|s| s.trim().parse::<libc::c_ulong>().ok())
-            .unwrap_or(63);
-        for cap in 0..=last {
+        for cap in 0..=cap_last_cap() {
             libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0);
         }
         libc::prctl(
