@@ -16,7 +16,6 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
-use std::thread;
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{Signal, kill};
@@ -849,7 +848,7 @@ impl Broker {
         // sandbox with it): the init's own exit, after the namespaces are
         // torn down, is waited for in the background.
         let emptied = is_pooled.then(|| wait_tx.clone());
-        thread::spawn(move || {
+        crate::helpers::spawn(move || {
             for line in status_r.lines().map_while(Result::ok).take(64) {
                 let Ok(ev) = serde_json::from_str::<InitEvent>(&line) else {
                     continue;
@@ -862,7 +861,7 @@ impl Broker {
             }
         });
         let (exited_tx, exited_rx) = mpsc::channel::<()>();
-        thread::spawn(move || {
+        crate::helpers::spawn(move || {
             let _ = wait_tx.send(child.wait());
             let _ = exited_tx.send(());
         });
@@ -937,7 +936,7 @@ impl Broker {
             }
         };
         if is_pooled {
-            thread::spawn(cleanup);
+            crate::helpers::spawn(cleanup);
         } else {
             cleanup();
         }
@@ -1214,13 +1213,13 @@ fn spawn_drains(
     let (err_tx, err_rx) = mpsc::channel();
     if let Some(o) = out {
         let live = live.clone().map(|l| (Stream::Stdout, l));
-        thread::spawn(move || {
+        crate::helpers::spawn(move || {
             let _ = out_tx.send(drain_live(o, budget, live));
         });
     }
     if let Some(e) = err {
         let live = live.map(|l| (Stream::Stderr, l));
-        thread::spawn(move || {
+        crate::helpers::spawn(move || {
             let _ = err_tx.send(drain_live(e, budget, live));
         });
     }
@@ -1355,7 +1354,7 @@ fn run_uncontained(
     let err = err.map(|e| std::fs::File::from(OwnedFd::from(e)));
     let (out_rx, err_rx) = spawn_drains(out, err, budget, hooks.live_output.clone());
     let (wait_tx, wait_rx) = mpsc::channel();
-    thread::spawn(move || {
+    crate::helpers::spawn(move || {
         let _ = wait_tx.send(child.wait());
     });
     let mut timed_out = false;

@@ -22,6 +22,7 @@ mod budget;
 pub mod cgroup;
 pub mod env;
 pub mod exe;
+mod helpers;
 mod hostfs;
 pub mod init;
 pub mod landlock_rules;
