@@ -64,7 +64,12 @@ fn sources() -> Vec<Source> {
     out
 }
 
-/// One invariant: `needles` may appear only in the crates of `allowed`.
+/// The one file outside the sandbox crate that may hold `unsafe`: the
+/// store reading the audit chain's pages through SQLite's C interface.
+const SQLITE_AUDIT: &str = "airlock-store/src/sqlite_audit.rs";
+
+/// One invariant: `needles` may appear only in the crates of `allowed` (a
+/// crate's name, or one file of a crate as `crate/src/file.rs`).
 #[derive(Debug)]
 struct Rule {
     name: &'static str,
@@ -79,9 +84,9 @@ const FRONT_ENDS: &[&str] = &["airlock-api", "airlock-cli", "airlock-mcp", "airl
 const RULES: &[Rule] = &[
     Rule {
         name: "unsafe",
-        why: "only the sandbox crate contains `unsafe`",
+        why: "only the sandbox crate contains `unsafe`, and the store's reader of audit pages through SQLite's C interface",
         needles: &["unsafe {", "unsafe fn", "unsafe impl"],
-        allowed: &["airlock-sandbox"],
+        allowed: &["airlock-sandbox", SQLITE_AUDIT],
     },
     Rule {
         name: "print",
@@ -140,7 +145,11 @@ fn check(rule: &Rule, all: &[Source]) -> (usize, Vec<String>) {
             if !rule.needles.iter().any(|n| line.contains(n)) {
                 continue;
             }
-            if rule.allowed.contains(&s.krate.as_str()) {
+            let allowed = rule
+                .allowed
+                .iter()
+                .any(|a| *a == s.krate || (a.contains('/') && s.path.ends_with(a)));
+            if allowed {
                 seen_allowed += 1;
             } else {
                 violations.push(format!("{}:{}: {}", s.path.display(), i + 1, code));
@@ -240,7 +249,7 @@ fn architecture_md_names_every_tidy_rule() {
 
 #[test]
 fn every_unsafe_block_in_the_sandbox_has_a_safety_comment() {
-    let mut files = Vec::new();
+    let mut files = vec![crates_dir().join(SQLITE_AUDIT)];
     rust_files(&crates_dir().join("airlock-sandbox/src"), &mut files);
     let mut blocks = 0;
     for f in files {
