@@ -258,8 +258,15 @@ impl Store {
 
     /// Workspaces that have audit events.
     pub async fn audit_workspaces(&self) -> Result<Vec<String>> {
+        // One index seek per workspace (each the least id above the one
+        // before), where `SELECT DISTINCT` read every row's index entry:
+        // 50 ms at 10^6 events, before `audit verify` could start.
         Ok(sqlx::query_scalar(
-            "SELECT DISTINCT workspace_id FROM audit_events ORDER BY workspace_id",
+            "WITH RECURSIVE w(id) AS ( \
+               SELECT MIN(workspace_id) FROM audit_events \
+               UNION ALL \
+               SELECT (SELECT MIN(workspace_id) FROM audit_events WHERE workspace_id > w.id) FROM w WHERE w.id IS NOT NULL \
+             ) SELECT id FROM w WHERE id IS NOT NULL ORDER BY id",
         )
         .fetch_all(&self.pool)
         .await?)
@@ -284,13 +291,27 @@ fn read_pages_from_file(
         }
     };
     let mut after = after_seq;
+    // Each page's buffers are sized like the previous page's (and an
+    // eighth), so they are filled without growing, and copying, step by
+    // step.
+    let room = |n: usize| n.saturating_add(n / 8);
+    let (mut keys, mut lines, mut rows) = (0, 0, 0);
     loop {
-        let mut page = AuditRowsPage::default();
+        let mut page = AuditRowsPage {
+            keys: String::with_capacity(keys),
+            lines: String::with_capacity(lines),
+            rows: Vec::with_capacity(rows),
+        };
         let read = reader.read_page(after, limit, &mut page);
         let next = match &read {
             Ok(()) if i64::try_from(page.len()) == Ok(limit) => page.last_seq(),
             _ => None,
         };
+        (keys, lines, rows) = (
+            room(page.keys.len()),
+            room(page.lines.len()),
+            page.rows.len(),
+        );
         if tx.blocking_send(read.map(|()| page)).is_err() {
             return;
         }

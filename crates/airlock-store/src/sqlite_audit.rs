@@ -77,12 +77,14 @@ impl PageReader {
         let ws_len = c_int::try_from(workspace.len()).map_err(|_| bad("workspace"))?;
         let mut db: *mut ffi::sqlite3 = std::ptr::null_mut();
         // SAFETY: `file` is a NUL-terminated string alive for the call, `db`
-        // a valid out-pointer, and a null VFS name selects the default VFS.
+        // a valid out-pointer, and a null VFS name selects the default VFS;
+        // NOMUTEX holds as `PageReader` is used by one thread at a time.
         let rc = unsafe {
             ffi::sqlite3_open_v2(
                 file.as_ptr(),
                 &mut db,
-                ffi::SQLITE_OPEN_READONLY,
+                // No mutex on each call: one thread at a time uses it.
+                ffi::SQLITE_OPEN_READONLY | ffi::SQLITE_OPEN_NOMUTEX,
                 std::ptr::null(),
             )
         };

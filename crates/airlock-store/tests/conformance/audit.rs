@@ -246,3 +246,42 @@ async fn aud_4_audit_pages_read_ahead_are_the_rows_page_after_page(store: Store)
     assert!(none.next().await.unwrap().is_none(), "a short page ends it");
 }
 both!(aud_4_audit_pages_read_ahead_are_the_rows_page_after_page);
+
+/// The workspaces with audit events, found one index seek at a time: each
+/// once, sorted, ids that are prefixes of others included, and none
+/// without events.
+async fn aud_2_audit_workspaces_are_every_workspace_with_events_once(store: Store) {
+    let insert =
+        "INSERT INTO audit_events (workspace_id, seq, line, hash) VALUES ($1, $2, 'x', 'h')";
+    for (ws, n) in [("ws_a_b", 3), ("ws_a", 2), ("ws_b", 1), ("ws_", 2)] {
+        for seq in 1..=n {
+            sqlx::query(insert)
+                .bind(ws)
+                .bind(seq as i64)
+                .execute(store.pool())
+                .await
+                .unwrap();
+        }
+    }
+    store.ensure_workspace("ws_quiet", "quiet").await.unwrap();
+    let distinct: Vec<String> =
+        sqlx::query_scalar("SELECT DISTINCT workspace_id FROM audit_events ORDER BY workspace_id")
+            .fetch_all(store.pool())
+            .await
+            .unwrap();
+    let found = store.audit_workspaces().await.unwrap();
+    assert_eq!(found, distinct);
+    assert!(found.contains(&"ws_a".to_string()) && found.contains(&"ws_a_b".to_string()));
+    assert!(!found.contains(&"ws_quiet".to_string()));
+    // Positive control: a workspace's first event adds it.
+    sqlx::query(insert)
+        .bind("ws_quiet")
+        .bind(1i64)
+        .execute(store.pool())
+        .await
+        .unwrap();
+    let after = store.audit_workspaces().await.unwrap();
+    assert_eq!(after.len(), found.len() + 1);
+    assert!(after.contains(&"ws_quiet".to_string()));
+}
+both!(aud_2_audit_workspaces_are_every_workspace_with_events_once);
