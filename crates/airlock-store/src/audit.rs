@@ -201,8 +201,8 @@ impl Store {
     /// On a SQLite file the pages are read on a thread of their own,
     /// through SQLite's C interface (`sqlite_audit`: each line copied once,
     /// no aggregate, no driver); otherwise (PostgreSQL, an in-memory
-    /// database) a task reads them as [`audit_rows_page`](Self::audit_rows_page)
-    /// does. Each page is its own query, on both paths: no read transaction
+    /// database, a file that interface cannot open read-only) a task reads
+    /// them as [`audit_rows_page`](Self::audit_rows_page) does. Each page is its own query, on both paths: no read transaction
     /// is held across pages.
     pub async fn audit_pages(
         &self,
@@ -216,11 +216,25 @@ impl Store {
             Backend::Sqlite => crate::sqlite_files::database_path(self.url()).map(|(p, _)| p),
             Backend::Postgres => None,
         };
-        if let Some(file) = file {
-            let workspace = workspace.to_string();
+        // The raw reader is opened first, off the runtime's threads; where
+        // it cannot open the file (SQLite refuses a read-only connection to
+        // it, say), the driver's path below reads the same rows.
+        let reader = match file {
+            Some(file) => {
+                let ws = workspace.to_string();
+                tokio::task::spawn_blocking(move || {
+                    crate::sqlite_audit::PageReader::open(&file, &ws)
+                })
+                .await
+                .ok()
+                .and_then(|r| r.ok())
+            }
+            None => None,
+        };
+        if let Some(reader) = reader {
             std::thread::Builder::new()
                 .name("audit-read".into())
-                .spawn(move || read_pages_from_file(&file, &workspace, after_seq, limit, &tx))
+                .spawn(move || read_pages_from_file(reader, after_seq, limit, &tx))
                 .map_err(|e| StoreError::Db(format!("cannot start the audit reader: {e}")))?;
         } else {
             let (store, workspace) = (self.clone(), workspace.to_string());
@@ -277,19 +291,11 @@ impl Store {
 /// pages until one is short, each sent as soon as it is read (or the
 /// first error); stops early when the receiver is gone.
 fn read_pages_from_file(
-    file: &std::path::Path,
-    workspace: &str,
+    mut reader: crate::sqlite_audit::PageReader,
     after_seq: i64,
     limit: i64,
     tx: &tokio::sync::mpsc::Sender<Result<AuditRowsPage>>,
 ) {
-    let mut reader = match crate::sqlite_audit::PageReader::open(file, workspace) {
-        Ok(r) => r,
-        Err(e) => {
-            let _ = tx.blocking_send(Err(e));
-            return;
-        }
-    };
     let mut after = after_seq;
     // Each page's buffers are sized like the previous page's (and an
     // eighth), so they are filled without growing, and copying, step by

@@ -374,6 +374,28 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn aud_4_where_the_raw_reader_cannot_open_the_file_the_driver_reads_the_pages() {
+        let (store, _dir, path) = store_with_odd_rows().await;
+        let mut raw = store.audit_pages(WS, 0, 3).await.unwrap();
+        let mut expected = Vec::new();
+        while let Some(p) = raw.next().await.unwrap() {
+            expected.extend(owned(&p));
+        }
+        assert_eq!(expected.len(), 7);
+        // The file's name is gone; the pool's open connections still read it.
+        std::fs::rename(&path, path.with_extension("moved")).unwrap();
+        // Control: the raw reader can no longer open it.
+        assert!(PageReader::open(&path, WS).is_err());
+        let mut pages = store.audit_pages(WS, 0, 3).await.unwrap();
+        let mut got = Vec::new();
+        while let Some(p) = pages.next().await.unwrap() {
+            assert!(p.len() <= 3);
+            got.extend(owned(&p));
+        }
+        assert_eq!(got, expected);
+    }
+
+    #[tokio::test]
     async fn aud_4_a_row_the_raw_reader_cannot_take_as_text_is_an_error_not_a_row() {
         let (store, _dir, path) = store_with_odd_rows().await;
         let mut reader = PageReader::open(&path, WS).unwrap();
