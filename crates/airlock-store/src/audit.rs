@@ -202,8 +202,9 @@ impl Store {
     /// through SQLite's C interface (`sqlite_audit`: each line copied once,
     /// no aggregate, no driver); otherwise (PostgreSQL, an in-memory
     /// database, a file that interface cannot open read-only) a task reads
-    /// them as [`audit_rows_page`](Self::audit_rows_page) does. Each page is its own query, on both paths: no read transaction
-    /// is held across pages.
+    /// them as [`audit_rows_page`](Self::audit_rows_page) does. Each page
+    /// is its own query, on both paths: no read transaction is held across
+    /// pages.
     pub async fn audit_pages(
         &self,
         workspace: &str,
