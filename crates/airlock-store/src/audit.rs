@@ -199,9 +199,9 @@ impl Store {
     /// the next ones are read.
     ///
     /// On a SQLite file the pages are read on a thread of their own,
-    /// through SQLite's C interface (`sqlite_audit`: each line copied once,
-    /// no aggregate, no driver); otherwise (PostgreSQL, an in-memory
-    /// database, a file that interface cannot open read-only) a task reads
+    /// through `rusqlite` (`sqlite_audit`: each line copied once, no
+    /// aggregate, no sqlx driver); otherwise (PostgreSQL, an in-memory
+    /// database, a file SQLite cannot open read-only) a task reads
     /// them as [`audit_rows_page`](Self::audit_rows_page) does. Each page
     /// is its own query, on both paths: no read transaction is held across
     /// pages.
