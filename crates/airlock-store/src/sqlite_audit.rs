@@ -312,4 +312,38 @@ mod tests {
         // A database that is not there is an error too.
         assert!(PageReader::open(&path.with_extension("missing"), WS).is_err());
     }
+
+    #[tokio::test]
+    async fn aud_4_a_blob_column_reads_as_its_bytes_as_through_the_driver() {
+        let (store, _dir, path) = store_with_odd_rows().await;
+        // A line and a hash stored as blobs (UTF-8 bytes): SQLite reads a
+        // blob as text byte for byte, so the driver's page has them too.
+        sqlx::query(&format!(
+            "INSERT INTO audit_events (workspace_id, seq, line, hash) VALUES ('{WS}', 8, X'7B22C3A9223A317D', X'3038')"
+        ))
+        .execute(store.pool())
+        .await
+        .unwrap();
+        let driver = store.audit_rows_page(WS, 7, 10).await.unwrap();
+        let mut raw = AuditRowsPage::default();
+        PageReader::open(&path, WS)
+            .unwrap()
+            .read_page(7, 10, &mut raw)
+            .unwrap();
+        let expected = vec![(8, "08".to_string(), "{\"é\":1}".to_string())];
+        assert_eq!(owned(&driver), expected);
+        assert_eq!(owned(&raw), expected);
+        // Control: the same bytes as a blob that is not UTF-8 are refused.
+        sqlx::query(&format!(
+            "INSERT INTO audit_events (workspace_id, seq, line, hash) VALUES ('{WS}', 9, X'7BFF7D', '09')"
+        ))
+        .execute(store.pool())
+        .await
+        .unwrap();
+        let e = PageReader::open(&path, WS)
+            .unwrap()
+            .read_page(7, 10, &mut raw)
+            .unwrap_err();
+        assert!(e.to_string().contains("malformed audit row: line"), "{e}");
+    }
 }
