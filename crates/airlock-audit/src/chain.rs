@@ -263,37 +263,50 @@ impl<'a> PreparedLine<'a> {
     }
 }
 
-/// [`PreparedLine::prepare`] over `lines`, split into up to `threads` consecutive runs
-/// prepared at the same time (the calling thread takes the first); the result is in the
-/// order of `lines`, exactly as if prepared one by one.
+/// [`PreparedLine::prepare`] over `lines` on up to `threads` threads at the same time (the
+/// calling thread is one); the result is in the order of `lines`, exactly as if prepared one
+/// by one.
+///
+/// The lines are handed out in short runs, each to whichever thread is free, rather than
+/// in one equal share per thread: `audit verify` runs a reading thread beside these, so on
+/// a machine with as many cores as threads one of them is often set back, and with equal
+/// shares the others would wait for it at the end of every page.
 pub fn prepare_lines<'a>(lines: &[&'a str], threads: usize) -> Vec<PreparedLine<'a>> {
+    use std::sync::atomic::{AtomicUsize, Ordering};
     let threads = threads.clamp(1, lines.len().max(1));
     if threads == 1 {
         return lines.iter().map(|l| PreparedLine::prepare(l)).collect();
     }
-    let run = lines.len().div_ceil(threads);
-    let mut runs = lines.chunks(run);
-    let first = runs.next().unwrap_or_default();
+    // Runs of at most 64 lines, at least four per thread where there are lines enough.
+    let run = (lines.len() / (threads * 4)).clamp(1, 64);
+    let runs: Vec<&[&'a str]> = lines.chunks(run).collect();
+    let next = AtomicUsize::new(0);
+    let work = || {
+        let mut done: Vec<(usize, Vec<PreparedLine<'a>>)> = Vec::new();
+        // Each index is taken by exactly one thread (`fetch_add`), so every run is
+        // prepared once; the order is restored below from the indices.
+        loop {
+            let i = next.fetch_add(1, Ordering::Relaxed);
+            let Some(run) = runs.get(i) else { break };
+            done.push((i, run.iter().map(|l| PreparedLine::prepare(l)).collect()));
+        }
+        done
+    };
     std::thread::scope(|s| {
-        let others: Vec<_> = runs
-            .map(|chunk| {
-                s.spawn(move || {
-                    chunk
-                        .iter()
-                        .map(|l| PreparedLine::prepare(l))
-                        .collect::<Vec<_>>()
-                })
-            })
-            .collect();
-        let mut out: Vec<PreparedLine<'a>> = Vec::with_capacity(lines.len());
-        out.extend(first.iter().map(|l| PreparedLine::prepare(l)));
+        let others: Vec<_> = (1..threads).map(|_| s.spawn(work)).collect();
+        let mut parts = work();
         for h in others {
             match h.join() {
-                Ok(v) => out.extend(v),
+                Ok(v) => parts.extend(v),
                 // Preparing does not panic (no panics on input); if it ever did, the panic
                 // is passed on rather than a line silently skipped.
                 Err(p) => std::panic::resume_unwind(p),
             }
+        }
+        parts.sort_unstable_by_key(|(i, _)| *i);
+        let mut out: Vec<PreparedLine<'a>> = Vec::with_capacity(lines.len());
+        for (_, prepared) in parts {
+            out.extend(prepared);
         }
         out
     })

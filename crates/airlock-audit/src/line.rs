@@ -214,8 +214,9 @@ fn cmp_keys(a: &str, b: &str) -> Ordering {
 
 /// Eight lowercase hex digits (loaded little-endian, the first digit in the lowest byte) →
 /// the four bytes they spell, or `None` if any byte is not `0-9` or `a-f`. Eight at a time
-/// because the two hashes are a fifth of a line; tested against [`crate::hex::decode_hash`].
-fn hex8(w: u64) -> Option<[u8; 4]> {
+/// because the two hashes are a fifth of a line; tested against a digit-by-digit decoder
+/// below, and [`crate::hex::decode_hash`] uses it too.
+pub(crate) fn hex8(w: u64) -> Option<[u8; 4]> {
     if w & HIGHS != 0 {
         return None;
     }

@@ -66,29 +66,14 @@ pub(crate) async fn verify_rows(
     mut v: Verifier,
     after: i64,
 ) -> Result<std::result::Result<VerifySummary, u64>> {
-    // The next page is read while this one is checked: reading (the
-    // database driver's thread) and hashing (this one) overlap. Within a
-    // page, the lines are read and hashed on every core
-    // (`prepare_lines`: each line's hash depends only on its own bytes),
-    // then the sequence, links and key columns are checked in order,
-    // exactly as one line at a time.
-    let fetch = |after: i64| {
-        let (store, workspace) = (store.clone(), workspace.to_string());
-        tokio::spawn(async move { store.audit_rows_page(&workspace, after, page).await })
-    };
+    // The next pages are read (on the store's reading thread) while this
+    // one is checked. Within a page, the lines are read and hashed on
+    // every core (`prepare_lines`: each line's hash depends only on its
+    // own bytes), then the sequence, links and key columns are checked in
+    // order, exactly as one line at a time.
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let mut next = fetch(after);
-    loop {
-        let rows = next
-            .await
-            .map_err(|e| Error::internal(format!("audit read task: {e}")))?
-            .svc()?;
-        let full = i64::try_from(rows.len()) == Ok(page);
-        if let (true, Some(last)) = (full, rows.last_seq()) {
-            next = fetch(last);
-        } else {
-            next = tokio::spawn(async { Ok(airlock_store::AuditRowsPage::default()) });
-        }
+    let mut pages = store.audit_pages(workspace, after, page).await.svc()?;
+    while let Some(rows) = pages.next().await.svc()? {
         let lines: Vec<&str> = rows.rows().map(|r| r.line).collect();
         let prepared = prepare_lines(&lines, threads);
         for (row, line) in rows.rows().zip(&prepared) {
@@ -105,9 +90,6 @@ pub(crate) async fn verify_rows(
                 // `finish` or by the missing event turning up.
                 Ok(None) => {}
             }
-        }
-        if !full {
-            break;
         }
     }
     Ok(v.finish().map_err(|e| e.first_bad_seq()))

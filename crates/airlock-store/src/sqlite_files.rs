@@ -19,7 +19,7 @@ const COMPANIONS: [&str; 3] = ["-wal", "-shm", "-journal"];
 
 /// The database file a `sqlite:` URL names (parsed as sqlx parses it) and
 /// whether it may be created; `None` for in-memory databases.
-fn database_path(url: &str) -> Option<(PathBuf, bool)> {
+pub(crate) fn database_path(url: &str) -> Option<(PathBuf, bool)> {
     let opts = sqlx::sqlite::SqliteConnectOptions::from_str(url).ok()?;
     let query = url.split_once('?').map_or("", |(_, q)| q);
     let has = |kv: &str| query.split('&').any(|p| p == kv);

@@ -222,6 +222,36 @@ fn aud_4_lines_hashed_on_several_threads_give_the_one_thread_verdict() {
     }
 }
 
+/// A page's lines are handed to the threads in runs of up to 64, whichever thread is free
+/// taking the next: on a chain of many runs the verdict is still the one-thread verdict,
+/// and the first bad line in chain order is named whichever thread prepared it.
+#[test]
+fn aud_4_lines_prepared_in_runs_by_whichever_thread_is_free_keep_chain_order() {
+    let base: Vec<String> = chain(1100).iter().map(line).collect();
+    let control = verify_lines(&base, Some(WS), None).unwrap();
+    assert_eq!(control.count, 1100, "control: the untouched chain verifies");
+    for threads in [2, 3, 8] {
+        assert_eq!(verify_prepared(&base, Some(WS), None, threads), Ok(control));
+    }
+    for (bad, first) in [
+        (vec![1000, 130], 130),
+        (vec![64, 65], 64),
+        (vec![1100], 1100),
+    ] {
+        let mut lines = base.clone();
+        for &seq in &bad {
+            lines[seq - 1] = lines[seq - 1].replace("2026-05-01", "2026-05-02");
+        }
+        for threads in [1, 2, 3, 8] {
+            assert_eq!(
+                verify_prepared(&lines, Some(WS), None, threads),
+                Err(ChainError::Edited { seq: first }),
+                "{bad:?} on {threads} threads"
+            );
+        }
+    }
+}
+
 #[test]
 fn aud_4_line_view_reads_what_the_event_says_and_hashes_its_canonical_bytes() {
     for e in chain(20) {
