@@ -174,7 +174,7 @@ async fn aud_4_audit_rows_page_a_chain_with_its_key_columns(store: Store) {
 }
 both!(aud_4_audit_rows_page_a_chain_with_its_key_columns);
 
-/// The pages `audit_pages` reads ahead (on SQLite through its C interface,
+/// The pages `audit_pages` reads ahead (on SQLite through `rusqlite`,
 /// on PostgreSQL through the driver) are the pages `audit_rows_page` gives,
 /// one after the other, with lines that hold tabs, newlines, control and
 /// multi-byte characters, an empty line, one longer than a database page,
