@@ -90,34 +90,35 @@ fn work(id: u64, tx: Sender<Job>, first: Job, rx: mpsc::Receiver<Job>) {
 mod tests {
     use super::*;
 
-    /// Every job runs, many at once (each blocks until all have started,
-    /// so they must be on distinct threads), and threads are reused
-    /// afterwards. Control: the barrier would hang if two jobs shared a
-    /// thread, which the timeout on the results would report.
+    /// Runs `n` jobs that each wait until all have started (so they must
+    /// be on distinct threads: two sharing one would never meet at the
+    /// barrier, and the 30 s wait for the results would fail) and returns
+    /// the threads they ran on.
+    fn round(n: usize) -> std::collections::BTreeSet<String> {
+        let barrier = std::sync::Arc::new(std::sync::Barrier::new(n));
+        let (done_tx, done_rx) = mpsc::channel();
+        for _ in 0..n {
+            let (b, d) = (barrier.clone(), done_tx.clone());
+            spawn(move || {
+                b.wait();
+                let _ = d.send(format!("{:?}", thread::current().id()));
+            });
+        }
+        (0..n)
+            .map(|_| done_rx.recv_timeout(Duration::from_secs(30)).unwrap())
+            .collect()
+    }
+
+    /// Every job runs, many at once, and a later round of jobs runs on the
+    /// threads of the first: none was started for it. (Without the reuse,
+    /// the second round's threads would all be new and the subset check
+    /// fails.) One test process has only this test under nextest.
     #[test]
     fn jobs_run_concurrently_and_threads_are_reused() {
         let n = 8;
-        for _round in 0..3 {
-            let barrier = std::sync::Arc::new(std::sync::Barrier::new(n));
-            let (done_tx, done_rx) = mpsc::channel();
-            for k in 0..n {
-                let (b, d) = (barrier.clone(), done_tx.clone());
-                spawn(move || {
-                    b.wait();
-                    let _ = d.send((k, thread::current().id()));
-                });
-            }
-            let mut seen = Vec::new();
-            for _ in 0..n {
-                seen.push(done_rx.recv_timeout(Duration::from_secs(30)).unwrap());
-            }
-            seen.sort_by_key(|(k, _)| *k);
-            assert_eq!(
-                seen.iter().map(|(k, _)| *k).collect::<Vec<_>>(),
-                (0..n).collect::<Vec<_>>()
-            );
-        }
-        // The idle threads left by the rounds are listed for reuse.
+        let first = round(n);
+        assert_eq!(first.len(), n, "jobs shared a thread: {first:?}");
+        // Each thread lists itself as idle just after its job ends.
         let deadline = std::time::Instant::now() + Duration::from_secs(30);
         while idle().len() < n {
             assert!(
@@ -126,5 +127,11 @@ mod tests {
             );
             thread::sleep(Duration::from_millis(1));
         }
+        let second = round(n);
+        assert_eq!(second.len(), n);
+        assert!(
+            second.is_subset(&first),
+            "new threads: {first:?} then {second:?}"
+        );
     }
 }
