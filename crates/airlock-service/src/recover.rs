@@ -25,6 +25,9 @@
 //! `quarantine/<id>/manifest.json` lists each entry with its reason, and
 //! the quarantine is one audit event (`recover.quarantined`). Nothing is
 //! ever deleted here: an operator looks, then removes the folder.
+//!
+//! A dry run (`--dry-run`) plans the same moves and makes none; it reads
+//! the database read-only ([`Store::open_read_only`]), as `validate` does.
 
 use std::path::{Path, PathBuf};
 
@@ -95,7 +98,14 @@ impl Maintenance {
     /// Finds leftovers (see the module docs) and, unless `dry_run`, moves
     /// them to a new quarantine folder.
     pub async fn recover_files(&self, dry_run: bool) -> Result<RecoverOutcome> {
-        let store = Store::open(self.url()).await.svc()?;
+        // A dry run reads the database as `validate` and `gc`'s plan do:
+        // read-only, nothing migrated or created.
+        let store = if dry_run {
+            Store::open_read_only(self.url()).await
+        } else {
+            Store::open(self.url()).await
+        }
+        .svc()?;
         let data = self.data_dir().to_path_buf();
         let mut plan: Vec<(String, &'static str)> = Vec::new();
         for n in sorted_names(&data.join("artifacts/tmp")) {

@@ -18,9 +18,14 @@ fn hex(b: &[u8]) -> String {
 /// Every file and symlink under `dir`: its size, modification time (ns)
 /// and SHA-256 (a symlink: its target).
 ///
-/// One exception, on the mtime only: SQLite's `-shm` file is the WAL's
-/// shared-memory index, which every reader maps and marks (its read locks),
-/// even one opened `mode=ro` with `query_only`; its bytes are still compared.
+/// SQLite's own side files are left out where they hold no data: the `-shm`
+/// file (the WAL's shared-memory index, which every connection maps and
+/// marks, even one opened `mode=ro` with `query_only`) and an empty `-wal`.
+/// Any connection creates both, a read-only one included, and only the last
+/// read-write connection to close cleanly removes them, so whether they are
+/// there says which process last had the file open, not what it holds. A
+/// write shows in the database file or in a WAL that is not empty, and both
+/// are compared (control: `snapshot_sees_a_write_left_in_the_wal`).
 fn snapshot(dir: &Path) -> BTreeMap<PathBuf, (u64, i128, String)> {
     use std::os::unix::fs::MetadataExt;
     let mut out = BTreeMap::new();
@@ -28,12 +33,12 @@ fn snapshot(dir: &Path) -> BTreeMap<PathBuf, (u64, i128, String)> {
     while let Some(d) = stack.pop() {
         for e in std::fs::read_dir(&d).unwrap().flatten() {
             let m = std::fs::symlink_metadata(e.path()).unwrap();
-            let shm = e.path().extension().is_some_and(|x| x == "db-shm");
-            let mtime = if shm {
-                0
-            } else {
-                i128::from(m.mtime()) * 1_000_000_000 + i128::from(m.mtime_nsec())
-            };
+            let ext = e.path().extension().map(|x| x.to_owned());
+            let empty_wal = ext.as_ref().is_some_and(|x| x == "db-wal") && m.len() == 0;
+            if ext.as_ref().is_some_and(|x| x == "db-shm") || empty_wal {
+                continue;
+            }
+            let mtime = i128::from(m.mtime()) * 1_000_000_000 + i128::from(m.mtime_nsec());
             if m.is_dir() {
                 out.insert(e.path(), (0, mtime, "dir".into()));
                 stack.push(e.path());
@@ -47,6 +52,38 @@ fn snapshot(dir: &Path) -> BTreeMap<PathBuf, (u64, i128, String)> {
         }
     }
     out
+}
+
+/// The control for [`snapshot`]'s leaving out SQLite's side files: a write
+/// that a process committed and never checkpointed (it exits without
+/// closing, so the write stays in the WAL, as a crash would leave it) is a
+/// difference, while a process that only reads is none.
+#[test]
+fn snapshot_sees_a_write_left_in_the_wal() {
+    let env = env_with_run();
+    let db = env.data.join("airlock.db");
+    let python = |code: &str| {
+        let script = format!("import os,sqlite3,sys\nc=sqlite3.connect(sys.argv[1])\n{code}\n");
+        let st = Command::new("/usr/bin/python3")
+            .args(["-c", &script, db.to_str().unwrap()])
+            .status()
+            .unwrap();
+        assert!(st.success(), "{code}");
+    };
+    // A clean close first: no WAL, no index.
+    python("c.close()");
+    let before = snapshot(&env.data);
+    python("c.execute('SELECT count(*) FROM runs').fetchall()\nos._exit(0)");
+    assert!(env.data.join("airlock.db-shm").exists());
+    assert_eq!(snapshot(&env.data), before, "a reader left only side files");
+    python("c.execute(\"UPDATE runs SET actor = 'x'\")\nc.commit()\nos._exit(0)");
+    let after = snapshot(&env.data);
+    let wal = env.data.join("airlock.db-wal");
+    assert!(
+        after.get(&wal).is_some_and(|(len, _, _)| *len > 0),
+        "{after:?}"
+    );
+    assert_ne!(after, before);
 }
 
 /// An env with one finished run that published two artifacts.
