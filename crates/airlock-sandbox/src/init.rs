@@ -646,28 +646,29 @@ fn start_workload(
         deny_tcp: false,
     };
 
-    match sys::fork_single_threaded() {
-        Err(e) => status.fail("fork", e),
-        Ok(ForkResult::Child) => {
-            if let Some((out, err)) = &stdio
-                && (sys::dup_onto(out.as_raw_fd(), 1).is_err()
-                    || sys::dup_onto(err.as_raw_fd(), 2).is_err())
-            {
-                std::process::exit(status.fail("stdio", "could not take the launch's pipes"));
-            }
-            drop(stdio);
-            let code = workload(
-                spec,
-                status,
-                &exe,
-                report,
-                &landlock,
-                seccomp.as_ref().ok(),
-                SocketPolicy::UnixAndLoopbackInet,
-            );
-            std::process::exit(code)
+    // The workload shares PID 1's memory until it execs (no copy of PID 1's
+    // pages or page tables); everything it captures is borrowed, so what
+    // PID 1 owns is still PID 1's to close when the workload has exec'd.
+    let started = sys::spawn_shared(|| {
+        if let Some((out, err)) = &stdio
+            && (sys::dup_onto(out.as_raw_fd(), 1).is_err()
+                || sys::dup_onto(err.as_raw_fd(), 2).is_err())
+        {
+            return status.fail("stdio", "could not take the launch's pipes");
         }
-        Ok(ForkResult::Parent { child }) => {
+        workload(
+            spec,
+            status,
+            &exe,
+            report,
+            &landlock,
+            seccomp.as_ref().ok(),
+            SocketPolicy::UnixAndLoopbackInet,
+        )
+    });
+    match started {
+        Err(e) => status.fail("fork", e),
+        Ok(child) => {
             drop(exe);
             drop(stdio);
             quiet_stdio();

@@ -17,6 +17,94 @@ pub(crate) fn fork_single_threaded() -> Result<nix::unistd::ForkResult, Errno> {
     unsafe { nix::unistd::fork() }
 }
 
+/// Runs `child` in a new process that shares this one's memory until it
+/// execs or ends (`clone(CLONE_VM | CLONE_VFORK)`, the way `posix_spawn`
+/// starts a program); this process waits in the call until then. The
+/// child's answer is its exit code when it returns instead of exec'ing; a
+/// panic exits with `crate::EXIT_SANDBOX_FAILED`.
+///
+/// Against `fork`, no page table is copied and no page is copied on write,
+/// in the child or afterwards in this process: the sandbox's PID 1 starts
+/// every workload this way (BENCHMARKS.md, "The workload started without
+/// a copy of PID 1").
+///
+/// The caller must be single-threaded (the sandbox init), as for
+/// [`fork_single_threaded`]. `child` may allocate and run Rust code: this
+/// process is stopped meanwhile, so nothing else uses the memory it
+/// changes. It must not change state this process relies on afterwards,
+/// other than leaking: descriptors, signal dispositions, credentials,
+/// Landlock and seccomp are per process and stay the child's own (no
+/// `CLONE_FILES`, `CLONE_SIGHAND` or `CLONE_THREAD`). Changes of ids must go
+/// through the raw system calls, not libc's wrappers, which would signal
+/// this process's threads (the workload's start does not change ids in the
+/// namespaces level, the only one that starts it this way).
+pub(crate) fn spawn_shared<F: FnOnce() -> i32>(child: F) -> Result<nix::unistd::Pid, Errno> {
+    // The child's stack: its own mapping, with a guard page below it so
+    // that an overflow faults rather than writing into other memory.
+    const STACK: usize = 1 << 20;
+    const GUARD: usize = 4096;
+    // SAFETY: a fresh anonymous mapping that nothing else refers to.
+    let base = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            STACK,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_STACK,
+            -1,
+            0,
+        )
+    };
+    if base == libc::MAP_FAILED {
+        return Err(Errno::last());
+    }
+    // SAFETY: the lowest page of the mapping made above.
+    if unsafe { libc::mprotect(base, GUARD, libc::PROT_NONE) } != 0 {
+        let e = Errno::last();
+        // SAFETY: the mapping made above, used by nobody.
+        unsafe { libc::munmap(base, STACK) };
+        return Err(e);
+    }
+
+    extern "C" fn run<F: FnOnce() -> i32>(arg: *mut libc::c_void) -> libc::c_int {
+        // SAFETY: `arg` is the `Option<F>` below, alive in the frame of
+        // `spawn_shared`, which cannot return before this child has exec'd
+        // or ended (CLONE_VFORK).
+        let slot = unsafe { &mut *arg.cast::<Option<F>>() };
+        let code = match slot.take() {
+            Some(f) => std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
+                .unwrap_or(crate::EXIT_SANDBOX_FAILED),
+            None => crate::EXIT_SANDBOX_FAILED,
+        };
+        // SAFETY: `_exit` ends this process without running exit handlers
+        // or flushing buffers, which live in the memory it shares.
+        unsafe { libc::_exit(code) }
+    }
+
+    let mut slot = Some(child);
+    // SAFETY: the stack is the mapping above (it grows down from its end,
+    // 16-byte aligned as a page boundary); `run::<F>` gets a pointer to
+    // `slot`, which outlives the child's use of it (see `run`). The caller
+    // is single-threaded, so the shared memory has no other user while
+    // this thread is stopped in the call.
+    let pid = unsafe {
+        libc::clone(
+            run::<F>,
+            base.cast::<u8>().add(STACK).cast(),
+            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+            (&raw mut slot).cast(),
+        )
+    };
+    let result = if pid < 0 {
+        Err(Errno::last())
+    } else {
+        Ok(nix::unistd::Pid::from_raw(pid))
+    };
+    // SAFETY: the child has exec'd or ended (CLONE_VFORK), so it no longer
+    // runs on this stack; nothing else refers to it.
+    unsafe { libc::munmap(base, STACK) };
+    result
+}
+
 /// Takes ownership of a descriptor number inherited from the broker.
 pub(crate) fn inherited_fd(fd: RawFd) -> Option<OwnedFd> {
     // SAFETY: F_GETFD only inspects the descriptor table.
@@ -581,5 +669,67 @@ mod tests {
         // the allocator's integer is refused without calling it.
         assert_eq!(super::retain_freed_heap(64 << 20), cfg!(target_env = "gnu"));
         assert!(!super::retain_freed_heap(usize::MAX));
+    }
+
+    fn exit_code(pid: nix::unistd::Pid) -> i32 {
+        match nix::sys::wait::waitpid(pid, None) {
+            Ok(nix::sys::wait::WaitStatus::Exited(_, code)) => code,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// `spawn_shared` starts a process that writes this process's memory
+    /// (it is not a copy), keeps its own descriptor table, answers its exit
+    /// code, turns a panic into the sandbox's failure code, and returns
+    /// here only once the child has exec'd. Control: the same child started
+    /// with `fork_single_threaded` leaves this process's memory unchanged.
+    /// (The test harness runs other threads, which stay idle meanwhile;
+    /// the init that uses this has none.)
+    #[test]
+    fn a_shared_spawn_writes_this_memory_but_keeps_its_own_descriptors() {
+        use std::os::fd::AsRawFd;
+        use std::sync::atomic::{AtomicU32, Ordering};
+        let seen = AtomicU32::new(0);
+        let null = std::fs::File::open("/dev/null").unwrap();
+        let fd = null.as_raw_fd();
+        let pid = super::spawn_shared(|| {
+            seen.store(7, Ordering::SeqCst);
+            // SAFETY: (test) closes the child's copy of the descriptor.
+            unsafe { libc::close(fd) };
+            3
+        })
+        .unwrap();
+        assert_eq!(exit_code(pid), 3);
+        assert_eq!(seen.load(Ordering::SeqCst), 7, "the child's write is here");
+        // SAFETY: (test) F_GETFD only inspects the descriptor table.
+        let flags = unsafe { libc::fcntl(fd, libc::F_GETFD) };
+        assert!(flags >= 0, "still open here");
+
+        // Control: a forked child's write stays in its copy.
+        match super::fork_single_threaded().unwrap() {
+            nix::unistd::ForkResult::Child => {
+                seen.store(9, Ordering::SeqCst);
+                // SAFETY: (test) ends the forked child at once.
+                unsafe { libc::_exit(0) }
+            }
+            nix::unistd::ForkResult::Parent { child } => assert_eq!(exit_code(child), 0),
+        }
+        assert_eq!(seen.load(Ordering::SeqCst), 7);
+
+        let pid = super::spawn_shared(|| panic!("in the child")).unwrap();
+        assert_eq!(exit_code(pid), crate::EXIT_SANDBOX_FAILED);
+
+        // The call returns once the child has exec'd (it ran `true`), not
+        // before: what the child wrote just before its exec is here.
+        let pid = super::spawn_shared(|| {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            seen.store(11, Ordering::SeqCst);
+            let argv = [c"true".to_owned()];
+            let errno = super::exec(-1, std::path::Path::new("/bin/true"), &argv, &[], false);
+            100 + errno as i32
+        })
+        .unwrap();
+        assert_eq!(seen.load(Ordering::SeqCst), 11);
+        assert_eq!(exit_code(pid), 0);
     }
 }
