@@ -91,6 +91,76 @@ fn wait_until(
     }
 }
 
+/// Status lines read from one launch's init at most (a workload cannot
+/// write there; this bounds what a broken init could make the broker hold).
+const STATUS_LINES: usize = 64;
+
+/// Reads a pooled launch's status events on the calling thread until PID 1
+/// reports `Emptied` (true), collecting the others in `events`. False, with
+/// nothing lost, at `until`, when `cancel` is set, at the end of the pipe or
+/// after `lines_left` lines: the caller hands the rest of the pipe to a
+/// reading thread. A partial line is waited for (the init writes its lines
+/// whole).
+fn read_until_emptied(
+    status: &mut BufReader<std::fs::File>,
+    until: Instant,
+    cancel: Option<&std::sync::atomic::AtomicBool>,
+    events: &mut Vec<InitEvent>,
+    lines_left: &mut usize,
+) -> bool {
+    use std::os::fd::AsFd;
+    while *lines_left > 0 {
+        if status.buffer().is_empty() {
+            let left = until.saturating_duration_since(Instant::now());
+            let slice = match cancel {
+                Some(_) => left.min(Duration::from_millis(100)),
+                None => left,
+            };
+            let ms = u16::try_from(slice.as_millis()).unwrap_or(u16::MAX);
+            let mut fds = [nix::poll::PollFd::new(
+                status.get_ref().as_fd(),
+                nix::poll::PollFlags::POLLIN,
+            )];
+            match nix::poll::poll(&mut fds, nix::poll::PollTimeout::from(ms)) {
+                Ok(0) | Err(nix::errno::Errno::EINTR) => {
+                    let cancelled = cancel.is_some_and(|c| c.load(Ordering::SeqCst));
+                    if cancelled || Instant::now() >= until {
+                        return false;
+                    }
+                    continue;
+                }
+                Ok(_) => {}
+                Err(_) => return false,
+            }
+        }
+        let mut line = String::new();
+        match status.read_line(&mut line) {
+            Ok(0) | Err(_) => return false,
+            Ok(_) => {}
+        }
+        *lines_left -= 1;
+        match serde_json::from_str::<InitEvent>(&line) {
+            Ok(InitEvent::Emptied) => return true,
+            Ok(ev) => events.push(ev),
+            Err(_) => {}
+        }
+    }
+    false
+}
+
+/// [`wait_until`], or at once when the launch is already known to be over.
+fn wait_until_or(
+    over: bool,
+    rx: &mpsc::Receiver<std::io::Result<std::process::ExitStatus>>,
+    until: Instant,
+    cancel: Option<&std::sync::atomic::AtomicBool>,
+) -> Result<std::io::Result<std::process::ExitStatus>, bool> {
+    if over {
+        return Ok(Ok(std::process::ExitStatus::from_raw(0)));
+    }
+    wait_until(rx, until, cancel)
+}
+
 /// Waits up to `grace` for the child after SIGTERM, in slices so that a
 /// kill flag ends the grace period at once. `Err` when the grace is over.
 fn wait_grace(
@@ -847,19 +917,40 @@ impl Broker {
         // A pooled launch is over when PID 1 is gone (every process of the
         // sandbox with it): the init's own exit, after the namespaces are
         // torn down, is waited for in the background.
+        //
+        // This thread reads the status pipe of a pooled launch itself until
+        // then: one wake-up fewer than a reading thread handing the events
+        // over. At the deadline, on cancel, or if the init ends without
+        // `Emptied`, a reading thread takes the rest over as for a cold
+        // launch, and the timeout and grace handling below applies.
+        let mut status_r = status_r;
+        let mut early = Vec::new();
+        let mut lines_left = STATUS_LINES;
+        let emptied_early = is_pooled
+            && read_until_emptied(
+                &mut status_r,
+                deadline,
+                hooks.cancel.as_deref(),
+                &mut early,
+                &mut lines_left,
+            );
         let emptied = is_pooled.then(|| wait_tx.clone());
-        crate::helpers::spawn(move || {
-            for line in status_r.lines().map_while(Result::ok).take(64) {
-                let Ok(ev) = serde_json::from_str::<InitEvent>(&line) else {
-                    continue;
-                };
-                if let (InitEvent::Emptied, Some(tx)) = (&ev, &emptied) {
-                    let _ = tx.send(Ok(std::process::ExitStatus::from_raw(0)));
-                    break;
+        if emptied_early {
+            drop(ev_tx);
+        } else {
+            crate::helpers::spawn(move || {
+                for line in status_r.lines().map_while(Result::ok).take(lines_left) {
+                    let Ok(ev) = serde_json::from_str::<InitEvent>(&line) else {
+                        continue;
+                    };
+                    if let (InitEvent::Emptied, Some(tx)) = (&ev, &emptied) {
+                        let _ = tx.send(Ok(std::process::ExitStatus::from_raw(0)));
+                        break;
+                    }
+                    let _ = ev_tx.send(ev);
                 }
-                let _ = ev_tx.send(ev);
-            }
-        });
+            });
+        }
         let (exited_tx, exited_rx) = mpsc::channel::<()>();
         crate::helpers::spawn(move || {
             let _ = wait_tx.send(child.wait());
@@ -867,7 +958,8 @@ impl Broker {
         });
         let mut timed_out = false;
         let mut cancelled = false;
-        let waited = match wait_until(&wait_rx, deadline, hooks.cancel.as_deref()) {
+        let waited = match wait_until_or(emptied_early, &wait_rx, deadline, hooks.cancel.as_deref())
+        {
             Ok(r) => Some(r),
             Err(by_cancel) => {
                 cancelled = by_cancel;
@@ -906,7 +998,7 @@ impl Broker {
         let duration_ms = u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX);
 
         let events: Vec<InitEvent> = {
-            let mut v = Vec::new();
+            let mut v = early;
             while let Ok(e) = ev_rx.recv_timeout(Duration::from_secs(5)) {
                 v.push(e);
             }

@@ -669,6 +669,8 @@ fn start_workload(
     match started {
         Err(e) => status.fail("fork", e),
         Ok(child) => {
+            // Back here once the workload has exec'd (or ended).
+            status.mark(spec.timings, "workload_execed");
             drop(exe);
             drop(stdio);
             quiet_stdio();
@@ -1638,6 +1640,7 @@ fn workload(
     for g in landlock_rules::apply(landlock) {
         report.push(g);
     }
+    status.mark(spec.timings, "landlocked");
     if report.level == Level::LandlockSeccomp && !report.in_force("signal_scoping") {
         // Without a PID namespace, only Landlock's signal scoping stops the
         // workload from signalling the broker and every other process of

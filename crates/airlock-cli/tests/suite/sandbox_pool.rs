@@ -776,3 +776,62 @@ fn sbx_pool_airlock_up_stocks_its_pool_before_the_first_run() {
     });
     assert_eq!(sandbox_inits_of(plain.pid()), Vec::<u32>::new());
 }
+
+/// A pooled launch ends by its timeout and by cancellation exactly as a
+/// cold one does (the broker reads a pooled launch's status on its own
+/// thread until the sandbox is empty, and hands over to the timeout and
+/// cancel path when it is not): a `sleep 30` with a 1 s timeout is reported
+/// timed out, another one cancelled while it runs is reported cancelled,
+/// and a third, left alone, exits 0. Control: all three took a pooled
+/// sandbox (the pool's count), so this is the pooled path and not the cold
+/// one the other tests cover.
+#[test]
+fn sbx_pool_a_pooled_launch_times_out_and_is_cancelled_like_a_cold_one() {
+    use std::sync::Arc;
+    use std::sync::atomic::AtomicBool;
+    let broker = pooled_broker(1);
+    let limits = airlock_sandbox::Limits::default();
+    broker.stock(&limits).unwrap();
+    let ready = |b: &airlock_sandbox::Broker| {
+        eventually("a pooled sandbox", || b.pool_ready_for(&limits) >= 1)
+    };
+    let pooled = |b: &airlock_sandbox::Broker| b.pool_stats().unwrap().pooled;
+
+    ready(&broker);
+    let before = pooled(&broker);
+    let s = spec(&["/bin/sleep", "30"], |r| {
+        r.timeout = Some(Duration::from_secs(1));
+        r.grace = Some(Duration::from_millis(100));
+    });
+    let r = broker.run(&s).unwrap();
+    assert!(r.timed_out && !r.cancelled, "{r:?}");
+    assert_ne!(r.exit_code, Some(0), "{r:?}");
+    assert_eq!(pooled(&broker), before + 1, "the timed-out launch was pooled");
+
+    ready(&broker);
+    let cancel = Arc::new(AtomicBool::new(false));
+    let s = spec(&["/bin/sh", "-c", "echo started; exec /bin/sleep 30"], |_| {});
+    let b = broker.clone();
+    let flag = cancel.clone();
+    let t = std::thread::spawn(move || {
+        b.run_with(
+            &s,
+            airlock_sandbox::Hooks {
+                cancel: Some(flag),
+                ..Default::default()
+            },
+        )
+    });
+    eventually("the workload to run", || pooled(&broker) == before + 2);
+    std::thread::sleep(Duration::from_millis(300));
+    cancel.store(true, std::sync::atomic::Ordering::SeqCst);
+    let r = t.join().unwrap().unwrap();
+    assert!(r.cancelled && !r.timed_out, "{r:?}");
+    assert_ne!(r.exit_code, Some(0), "{r:?}");
+
+    ready(&broker);
+    let r = broker.run(&spec(&["/bin/true"], |_| {})).unwrap();
+    assert_eq!(r.exit_code, Some(0), "{r:?}");
+    assert!(!r.timed_out && !r.cancelled, "{r:?}");
+    assert_eq!(pooled(&broker), before + 3);
+}
