@@ -12,7 +12,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
@@ -803,14 +803,8 @@ impl Broker {
                 let _ = spec_pipe.write_all(b"G");
                 drop(spec_pipe);
                 mark("cgroup_attached");
-                let out = child
-                    .stdout
-                    .take()
-                    .map(|o| std::fs::File::from(OwnedFd::from(o)));
-                let err = child
-                    .stderr
-                    .take()
-                    .map(|e| std::fs::File::from(OwnedFd::from(e)));
+                let out = child.stdout.take();
+                let err = child.stderr.take();
                 let status = BufReader::new(std::fs::File::from(status_r));
                 (child, status, control_ours, out, err, cgroup, None)
             }
@@ -1179,34 +1173,15 @@ fn spawn_init(
     exe_fd: Option<&OwnedFd>,
     control: Option<&OwnedFd>,
     piped: bool,
-) -> std::io::Result<Child> {
-    let mut cmd = Command::new(init_exe);
-    cmd.arg(crate::INIT_ARG)
-        .env_clear()
-        .current_dir("/")
-        .stdin(Stdio::null());
-    if piped {
-        cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
-    } else {
-        cmd.stdout(Stdio::null()).stderr(Stdio::null());
-    }
+) -> std::io::Result<sys::SpawnedInit> {
     let fds = [
         (spec_r.as_raw_fd(), SPEC_FD),
         (status_w.as_raw_fd(), STATUS_FD),
         (exe_fd.map_or(-1, |f| f.as_raw_fd()), EXE_FD),
         (control.map_or(-1, |f| f.as_raw_fd()), CONTROL_FD),
     ];
-    sys::set_pre_exec(&mut cmd, move || {
-        // Descriptors the broker itself inherited stay out of the sandbox.
-        sys::cloexec_inherited()?;
-        for (src, dst) in fds {
-            if src >= 0 {
-                sys::dup_onto(src, dst)?;
-            }
-        }
-        sys::die_with_parent()
-    });
-    cmd.spawn()
+    let broker = std::process::id().to_string();
+    sys::spawn_init(init_exe, &[crate::INIT_ARG, &broker], &fds, piped)
 }
 
 /// Whether a launch's roots or mount sources hold, or lie inside, the
@@ -1235,7 +1210,7 @@ fn build_pooled(key: &PoolKey) -> Result<Pooled, String> {
         key.tmp_bytes,
         root_dir.clone(),
     );
-    let fail = |mut child: Option<Child>, cgroup: Cgroup, e: String| {
+    let fail = |mut child: Option<sys::SpawnedInit>, cgroup: Cgroup, e: String| {
         if let Some(c) = child.as_mut() {
             let _ = c.kill();
             let _ = c.wait();

@@ -177,8 +177,22 @@ impl Status {
 }
 
 fn run() -> i32 {
-    // Die with the broker even if it is killed with SIGKILL.
-    let _ = sys::die_with_parent();
+    // Die with the broker even if it is killed with SIGKILL. The broker
+    // starts this process with posix_spawn, which runs none of its code in
+    // the child, so the signal is set here, and the broker's pid (the next
+    // argument) says whether the broker died before it was.
+    let broker = std::env::args()
+        .nth(2)
+        .and_then(|p| p.parse::<i32>().ok())
+        .map(nix::unistd::Pid::from_raw);
+    match broker {
+        Some(pid) => {
+            if sys::die_with_parent_again(pid).is_err() {
+                return crate::EXIT_SANDBOX_FAILED;
+            }
+        }
+        None => return crate::EXIT_SANDBOX_FAILED,
+    }
     let Some(status_fd) = sys::inherited_fd(STATUS_FD) else {
         return crate::EXIT_SANDBOX_FAILED;
     };

@@ -33,7 +33,6 @@ use std::io::{BufRead, BufReader, Write};
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
-use std::process::Child;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::thread;
@@ -68,7 +67,7 @@ impl PoolKey {
 
 /// One pre-built sandbox, waiting for its launch.
 pub(crate) struct Pooled {
-    pub child: Child,
+    pub child: crate::sys::SpawnedInit,
     pub cgroup: Cgroup,
     pub base: Vec<Guarantee>,
     /// The spec pipe: the launch's spec goes here.

@@ -81,11 +81,11 @@ pub(crate) fn spawn_shared<F: FnOnce() -> i32>(child: F) -> Result<nix::unistd::
     }
 
     let mut slot = Some(child);
-    // SAFETY: the stack is the mapping above (it grows down from its end,
-    // 16-byte aligned as a page boundary); `run::<F>` gets a pointer to
-    // `slot`, which outlives the child's use of it (see `run`). The caller
-    // is single-threaded, so the shared memory has no other user while
-    // this thread is stopped in the call.
+    // The stack is the mapping above (it grows down from its end, 16-byte
+    // aligned as a page boundary); `run::<F>` gets a pointer to `slot`,
+    // which outlives the child's use of it (see `run`).
+    // SAFETY: the caller is single-threaded, so the shared memory has no
+    // other user while this thread is stopped in the call.
     let pid = unsafe {
         libc::clone(
             run::<F>,
@@ -192,6 +192,245 @@ pub(crate) fn die_with_parent_again(parent: nix::unistd::Pid) -> std::io::Result
         return Err(std::io::Error::other("the parent is gone"));
     }
     Ok(())
+}
+
+/// A process started by [`spawn_init`]: the parts of `std::process::Child`
+/// the broker uses.
+#[derive(Debug)]
+pub(crate) struct SpawnedInit {
+    pid: libc::pid_t,
+    ended: Option<std::process::ExitStatus>,
+    /// The read ends of its stdout and stderr, when they were piped.
+    pub stdout: Option<std::fs::File>,
+    pub stderr: Option<std::fs::File>,
+}
+
+impl SpawnedInit {
+    pub(crate) fn id(&self) -> u32 {
+        self.pid.unsigned_abs()
+    }
+
+    /// SIGKILL, unless it has already been reaped (its pid may be reused).
+    pub(crate) fn kill(&mut self) -> std::io::Result<()> {
+        if self.ended.is_some() {
+            return Ok(());
+        }
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.pid),
+            nix::sys::signal::Signal::SIGKILL,
+        )
+        .map_err(std::io::Error::from)
+    }
+
+    pub(crate) fn wait(&mut self) -> std::io::Result<std::process::ExitStatus> {
+        self.reap(0)?
+            .ok_or_else(|| std::io::Error::other("waitpid returned without a status"))
+    }
+
+    pub(crate) fn try_wait(&mut self) -> std::io::Result<Option<std::process::ExitStatus>> {
+        self.reap(libc::WNOHANG)
+    }
+
+    fn reap(&mut self, flags: libc::c_int) -> std::io::Result<Option<std::process::ExitStatus>> {
+        use std::os::unix::process::ExitStatusExt;
+        if let Some(s) = self.ended {
+            return Ok(Some(s));
+        }
+        let mut raw = 0;
+        loop {
+            // SAFETY: waitpid on our own child, into a local.
+            let r = unsafe { libc::waitpid(self.pid, &mut raw, flags) };
+            if r == self.pid {
+                let s = std::process::ExitStatus::from_raw(raw);
+                self.ended = Some(s);
+                return Ok(Some(s));
+            }
+            if r == 0 {
+                return Ok(None);
+            }
+            let e = std::io::Error::last_os_error();
+            if e.kind() != std::io::ErrorKind::Interrupted {
+                return Err(e);
+            }
+        }
+    }
+}
+
+/// Starts the sandbox init with `posix_spawn` (glibc starts it with
+/// `clone(CLONE_VM | CLONE_VFORK)`): the broker, a process with many threads
+/// and megabytes of memory, is not copied for it, where `fork` copied its
+/// page tables on every launch and every pool refill (BENCHMARKS.md, "The
+/// workload started without a copy of PID 1").
+///
+/// The init gets exactly: stdin from `/dev/null`; stdout and stderr piped
+/// back (`piped`) or `/dev/null`; each `(source, target)` of `fds` duplicated
+/// onto its target, and the target closed where the source is `-1`; nothing
+/// else (every descriptor above the highest target is closed, whatever the
+/// broker inherited); an empty environment, `/` as its directory, every
+/// signal at its default disposition and none blocked. It sets its own
+/// parent-death signal first thing (`args` carries the broker's pid to
+/// check against), since `posix_spawn` runs no code of ours in the child.
+pub(crate) fn spawn_init(
+    exe: &std::path::Path,
+    args: &[&str],
+    fds: &[(RawFd, RawFd)],
+    piped: bool,
+) -> std::io::Result<SpawnedInit> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = CString::new(exe.as_os_str().as_bytes())?;
+    let mut argv_owned = vec![path.clone()];
+    for a in args {
+        argv_owned.push(CString::new(*a)?);
+    }
+    let mut argv: Vec<*mut libc::c_char> =
+        argv_owned.iter().map(|a| a.as_ptr().cast_mut()).collect();
+    argv.push(std::ptr::null_mut());
+    let mut envp: [*mut libc::c_char; 1] = [std::ptr::null_mut()];
+    let pipes = if piped {
+        let (out_r, out_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+        let (err_r, err_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+        Some(((out_r, out_w), (err_r, err_w)))
+    } else {
+        None
+    };
+    let highest = fds.iter().map(|(_, t)| *t).max().unwrap_or(2).max(2);
+
+    let check = |r: libc::c_int| -> std::io::Result<()> {
+        if r == 0 {
+            Ok(())
+        } else {
+            Err(std::io::Error::from_raw_os_error(r))
+        }
+    };
+    // SAFETY: all-zero is the state these two C structs are initialised
+    // from; each is initialised right below before any other use and
+    // destroyed on every path out (the guards).
+    let mut actions: libc::posix_spawn_file_actions_t = unsafe { std::mem::zeroed() };
+    // SAFETY: as for `actions`.
+    let mut attr: libc::posix_spawnattr_t = unsafe { std::mem::zeroed() };
+    // SAFETY: initialises the struct we own.
+    check(unsafe { libc::posix_spawn_file_actions_init(&mut actions) })?;
+    struct Actions(*mut libc::posix_spawn_file_actions_t);
+    impl Drop for Actions {
+        fn drop(&mut self) {
+            // SAFETY: initialised above, destroyed once, here.
+            unsafe { libc::posix_spawn_file_actions_destroy(self.0) };
+        }
+    }
+    let _actions = Actions(&raw mut actions);
+    // SAFETY: initialises the struct we own.
+    check(unsafe { libc::posix_spawnattr_init(&mut attr) })?;
+    struct Attr(*mut libc::posix_spawnattr_t);
+    impl Drop for Attr {
+        fn drop(&mut self) {
+            // SAFETY: initialised above, destroyed once, here.
+            unsafe { libc::posix_spawnattr_destroy(self.0) };
+        }
+    }
+    let _attr = Attr(&raw mut attr);
+
+    let null = c"/dev/null";
+    let root = c"/";
+    // SAFETY: each call below records an action in the initialised
+    // struct; the strings are 'static and the descriptors are only numbers
+    // the child acts on.
+    unsafe {
+        check(libc::posix_spawn_file_actions_addopen(
+            &mut actions,
+            0,
+            null.as_ptr(),
+            libc::O_RDONLY,
+            0,
+        ))?;
+        match &pipes {
+            Some(((_, out_w), (_, err_w))) => {
+                check(libc::posix_spawn_file_actions_adddup2(
+                    &mut actions,
+                    out_w.as_raw_fd(),
+                    1,
+                ))?;
+                check(libc::posix_spawn_file_actions_adddup2(
+                    &mut actions,
+                    err_w.as_raw_fd(),
+                    2,
+                ))?;
+            }
+            None => {
+                for target in [1, 2] {
+                    check(libc::posix_spawn_file_actions_addopen(
+                        &mut actions,
+                        target,
+                        null.as_ptr(),
+                        libc::O_WRONLY,
+                        0,
+                    ))?;
+                }
+            }
+        }
+        for &(source, target) in fds {
+            if source >= 0 {
+                // Sources are above every target (the broker keeps them
+                // high), so no duplication overwrites a later source.
+                check(libc::posix_spawn_file_actions_adddup2(
+                    &mut actions,
+                    source,
+                    target,
+                ))?;
+            } else {
+                // A close of a descriptor that is not open is not an
+                // error for glibc's posix_spawn.
+                check(libc::posix_spawn_file_actions_addclose(
+                    &mut actions,
+                    target,
+                ))?;
+            }
+        }
+        check(libc::posix_spawn_file_actions_addclosefrom_np(
+            &mut actions,
+            highest + 1,
+        ))?;
+        check(libc::posix_spawn_file_actions_addchdir_np(
+            &mut actions,
+            root.as_ptr(),
+        ))?;
+        let mut none: libc::sigset_t = std::mem::zeroed();
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut none);
+        libc::sigfillset(&mut all);
+        check(libc::posix_spawnattr_setsigmask(&mut attr, &none))?;
+        check(libc::posix_spawnattr_setsigdefault(&mut attr, &all))?;
+        check(libc::posix_spawnattr_setflags(
+            &mut attr,
+            (libc::POSIX_SPAWN_SETSIGMASK | libc::POSIX_SPAWN_SETSIGDEF) as libc::c_short,
+        ))?;
+    }
+    let mut pid: libc::pid_t = 0;
+    // SAFETY: the path, argv and envp are NUL-terminated arrays of
+    // NUL-terminated strings that outlive the call; the file actions and
+    // attributes were initialised above.
+    check(unsafe {
+        libc::posix_spawn(
+            &mut pid,
+            path.as_ptr(),
+            &actions,
+            &attr,
+            argv.as_mut_ptr(),
+            envp.as_mut_ptr(),
+        )
+    })?;
+    let (stdout, stderr) = match pipes {
+        Some(((out_r, _), (err_r, _))) => (
+            Some(std::fs::File::from(out_r)),
+            Some(std::fs::File::from(err_r)),
+        ),
+        None => (None, None),
+    };
+    Ok(SpawnedInit {
+        pid,
+        ended: None,
+        stdout,
+        stderr,
+    })
 }
 
 /// Runs `f` in the child of `Command::spawn` before exec.

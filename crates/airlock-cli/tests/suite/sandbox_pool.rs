@@ -693,11 +693,25 @@ fn sbx_4_a_broker_killed_with_sigkill_takes_its_sandboxes_with_it(who: Who) {
                 .count()
         };
         eventually("the workload to run", || sleepers() == 1);
+        // The running launch's init is past its first act, arming its
+        // parent-death signal. So is a waiting one that has made its
+        // namespaces; a refill started an instant ago may not be yet, and
+        // ends itself when it then finds the broker gone (`init::run`).
         let mut waiting = sandbox_inits_of(broker);
+        let broker_userns = std::fs::read_link(format!("/proc/{broker}/ns/user")).unwrap();
+        let armed = || -> Vec<u32> {
+            sandbox_inits_of(broker)
+                .into_iter()
+                .filter(|p| {
+                    std::fs::read_link(format!("/proc/{p}/ns/user"))
+                        .is_ok_and(|ns| ns != broker_userns)
+                })
+                .collect()
+        };
         if pooled {
             eventually("a sandbox waiting in the pool", || {
                 // The running launch's init and at least one waiting.
-                waiting = sandbox_inits_of(broker);
+                waiting = armed();
                 waiting.len() >= 2
             });
         }
@@ -806,11 +820,18 @@ fn sbx_pool_a_pooled_launch_times_out_and_is_cancelled_like_a_cold_one() {
     let r = broker.run(&s).unwrap();
     assert!(r.timed_out && !r.cancelled, "{r:?}");
     assert_ne!(r.exit_code, Some(0), "{r:?}");
-    assert_eq!(pooled(&broker), before + 1, "the timed-out launch was pooled");
+    assert_eq!(
+        pooled(&broker),
+        before + 1,
+        "the timed-out launch was pooled"
+    );
 
     ready(&broker);
     let cancel = Arc::new(AtomicBool::new(false));
-    let s = spec(&["/bin/sh", "-c", "echo started; exec /bin/sleep 30"], |_| {});
+    let s = spec(
+        &["/bin/sh", "-c", "echo started; exec /bin/sleep 30"],
+        |_| {},
+    );
     let b = broker.clone();
     let flag = cancel.clone();
     let t = std::thread::spawn(move || {
@@ -834,4 +855,34 @@ fn sbx_pool_a_pooled_launch_times_out_and_is_cancelled_like_a_cold_one() {
     assert_eq!(r.exit_code, Some(0), "{r:?}");
     assert!(!r.timed_out && !r.cancelled, "{r:?}");
     assert_eq!(pooled(&broker), before + 3);
+}
+
+/// The init arms its parent-death signal itself (the broker starts it with
+/// posix_spawn, which runs none of its code in the child) and then checks
+/// that the broker named on its command line is still its parent: named
+/// wrongly, or not at all, it ends at once with the sandbox's failure code
+/// and writes nothing on its status descriptor. Control: naming its real
+/// parent, it goes on and reports on that descriptor that it has no spec.
+#[test]
+fn sbx_4_an_init_whose_broker_is_gone_ends_itself() {
+    // `sh` execs the init with its stdout as the status descriptor (4), so
+    // the init's parent is this test process.
+    let init = |broker: &str| {
+        std::process::Command::new("/bin/sh")
+            .args(["-c", "exec \"$0\" __airlock-sandbox-init $1 4>&1"])
+            .arg(airlock_bin())
+            .arg(broker)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap()
+    };
+    for broker in ["1", "", "not-a-pid"] {
+        let out = init(broker);
+        assert_eq!(out.status.code(), Some(125), "{broker:?}");
+        assert!(out.stdout.is_empty(), "{broker:?}: {out:?}");
+    }
+    let out = init(&std::process::id().to_string());
+    assert_eq!(out.status.code(), Some(125));
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(said.contains("missing spec descriptor"), "{said}");
 }
