@@ -21,8 +21,11 @@ use crate::service::Service;
 pub const SYSTEM_AUDIT: &str = "ws_system";
 
 /// Rows read per page when verifying a stored chain: memory stays bounded
-/// (about a megabyte of lines) whatever the chain's length.
-pub(crate) const VERIFY_PAGE: i64 = 1024;
+/// whatever the chain's length (about 2.5 MB of lines per page of server
+/// events, with up to three pages read ahead: `audit verify` peaks at about
+/// 35 MiB). Pages of 1024 rows peaked at 21 MiB but cost 8–20% more time,
+/// mostly per-page work (BENCHMARKS.md, "Larger pages").
+pub(crate) const VERIFY_PAGE: i64 = 4096;
 
 /// Verifies one workspace's chain from its stored lines: the count and
 /// head, or the first sequence number that does not verify (a line that is
@@ -357,7 +360,7 @@ mod tests {
         let all = store.audit_lines(crate::DEFAULT_WORKSPACE).await.unwrap();
         let whole = verify_lines(crate::DEFAULT_WORKSPACE, &all);
         assert!(whole.ok && whole.events == Some(7), "{whole:?}");
-        for page in [1, 2, 3, 7, 8, 1024] {
+        for page in [1, 2, 3, 7, 8, 1024, VERIFY_PAGE] {
             assert_eq!(verify(&store, page).await, whole, "page {page}");
         }
 
