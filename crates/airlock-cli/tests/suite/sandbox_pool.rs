@@ -886,3 +886,66 @@ fn sbx_4_an_init_whose_broker_is_gone_ends_itself() {
     let said = String::from_utf8_lossy(&out.stdout);
     assert!(said.contains("missing spec descriptor"), "{said}");
 }
+
+/// SBX-5: the sandbox init gets none of the broker's descriptors but the
+/// ones made for it. The broker is started holding a file open on
+/// descriptor 9 without close-on-exec, as a careless parent would leave it;
+/// while a launch runs, no descriptor of its init (read in `/proc`) is that
+/// file. Control: the broker itself holds it, so there was something to
+/// leak (`posix_spawn` closes everything above the init's four descriptors;
+/// the workload's own table is `sbx_5_workload_holds_only_stdio_descriptors`).
+#[test]
+fn sbx_5_the_init_holds_none_of_the_brokers_other_descriptors() {
+    if !require_root("reading the descriptors of another user's process") {
+        return;
+    }
+    let w = workdir(Who::Invoker);
+    let secret = w
+        .path()
+        .join(format!("held-by-the-broker-{}", std::process::id()));
+    std::fs::write(&secret, "not for the sandbox").unwrap();
+    let mark = format!("9123.{}7", std::process::id());
+    let mut broker = std::process::Command::new("/bin/sh")
+        .args([
+            "-c",
+            "exec 9<\"$1\"; exec \"$0\" sandbox exec -- sleep \"$2\"",
+        ])
+        .arg(airlock_bin())
+        .arg(&secret)
+        .arg(&mark)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = broker.id();
+    let holds = |p: u32| {
+        std::fs::read_dir(format!("/proc/{p}/fd"))
+            .map(|d| {
+                d.flatten()
+                    .any(|e| std::fs::read_link(e.path()).is_ok_and(|t| t == secret))
+            })
+            .unwrap_or(false)
+    };
+    // The workload's command line is exactly `sleep MARK` (the broker's
+    // ends with it).
+    let sleeper = format!("sleep\0{mark}\0");
+    let workload = || {
+        host_processes_with(&sleeper).into_iter().any(|p| {
+            std::fs::read(format!("/proc/{p}/cmdline"))
+                .is_ok_and(|c| c.starts_with(sleeper.as_bytes()))
+        })
+    };
+    eventually("the workload to run", workload);
+    let inits = sandbox_inits_of(pid);
+    assert!(
+        holds(pid),
+        "control: the broker holds the file on descriptor 9"
+    );
+    assert!(!inits.is_empty(), "no sandbox init under the broker");
+    for init in &inits {
+        assert!(!holds(*init), "sandbox init {init} holds the broker's file");
+    }
+    broker.kill().unwrap();
+    broker.wait().unwrap();
+    eventually("the sandbox to end", || !workload());
+}
