@@ -613,6 +613,19 @@ fn sandbox_inits_of(parent: u32) -> Vec<u32> {
         .collect()
 }
 
+/// Processes whose command line is exactly `sleep MARK` (a workload; its
+/// broker's command line only ends with those words).
+fn sleepers_with(mark: &str) -> usize {
+    let sleeper = format!("sleep\0{mark}\0");
+    host_processes_with(&sleeper)
+        .into_iter()
+        .filter(|p| {
+            std::fs::read(format!("/proc/{p}/cmdline"))
+                .is_ok_and(|c| c.starts_with(sleeper.as_bytes()))
+        })
+        .count()
+}
+
 /// SBX-4: a broker killed with SIGKILL takes its sandboxes with it — a
 /// cold one, one at the fallback level, a pooled one running a workload
 /// and one waiting in the pool — also as root, whose inits change ids
@@ -681,17 +694,8 @@ fn sbx_4_a_broker_killed_with_sigkill_takes_its_sandboxes_with_it(who: Who) {
             .unwrap();
         // With setpriv, the broker is setpriv's exec: the same process.
         let broker = child.id();
-        // The workload's command line is exactly `sleep MARK`.
         let sleeper = format!("sleep\0{mark}\0");
-        let sleepers = || {
-            host_processes_with(&sleeper)
-                .into_iter()
-                .filter(|p| {
-                    std::fs::read(format!("/proc/{p}/cmdline"))
-                        .is_ok_and(|c| c.starts_with(sleeper.as_bytes()))
-                })
-                .count()
-        };
+        let sleepers = || sleepers_with(&mark);
         eventually("the workload to run", || sleepers() == 1);
         // The running launch's init is past its first act, arming its
         // parent-death signal. So is a waiting one that has made its
@@ -926,15 +930,7 @@ fn sbx_5_the_init_holds_none_of_the_brokers_other_descriptors() {
             })
             .unwrap_or(false)
     };
-    // The workload's command line is exactly `sleep MARK` (the broker's
-    // ends with it).
-    let sleeper = format!("sleep\0{mark}\0");
-    let workload = || {
-        host_processes_with(&sleeper).into_iter().any(|p| {
-            std::fs::read(format!("/proc/{p}/cmdline"))
-                .is_ok_and(|c| c.starts_with(sleeper.as_bytes()))
-        })
-    };
+    let workload = || sleepers_with(&mark) > 0;
     eventually("the workload to run", workload);
     let inits = sandbox_inits_of(pid);
     assert!(
