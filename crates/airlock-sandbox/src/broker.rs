@@ -148,7 +148,9 @@ fn read_until_emptied(
     false
 }
 
-/// [`wait_until`], or at once when the launch is already known to be over.
+/// [`wait_until`], or at once when the launch is already known to be over,
+/// or already cancelled or past its deadline (when [`read_until_emptied`]
+/// gave up for that reason, the answer must not wait another slice).
 fn wait_until_or(
     over: bool,
     rx: &mpsc::Receiver<std::io::Result<std::process::ExitStatus>>,
@@ -157,6 +159,10 @@ fn wait_until_or(
 ) -> Result<std::io::Result<std::process::ExitStatus>, bool> {
     if over {
         return Ok(Ok(std::process::ExitStatus::from_raw(0)));
+    }
+    if cancel.is_some_and(|c| c.load(Ordering::SeqCst)) {
+        // An end already reported still wins, as in `wait_until`.
+        return rx.try_recv().map_err(|_| true);
     }
     wait_until(rx, until, cancel)
 }
