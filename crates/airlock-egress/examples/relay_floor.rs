@@ -1,0 +1,139 @@
+//! The least an HTTP proxy can do, as a floor for the egress proxy's benchmark (issue 14,
+//! goal 2; BENCHMARKS.md, "What any relay costs on this machine").
+//!
+//! For each client connection it reads one request head. A `CONNECT host:port` gets a
+//! `200` and then a blind byte relay to `host:port`; an absolute-form request
+//! (`GET http://host:port/…`) opens a connection to `host:port`, sends the head as it
+//! came, and relays blindly from then on. Later requests on a kept-alive connection are
+//! never parsed, decided, counted or logged: this does strictly less than any proxy that
+//! checks each request, so its throughput bounds what such a proxy can reach on the same
+//! machine. The runtime is the egress proxy's (one tokio worker), and every socket sets
+//! `TCP_NODELAY`, as the proxy's do; `--batch` schedules the worker as the proxy's is
+//! (`SCHED_BATCH`), for a floor under the same scheduling.
+//!
+//! Only destinations given with `--allow host:port` are reached (anything else gets a
+//! `403`), so it is not an open relay even by mistake. It is a benchmark tool, not part
+//! of airlock.
+//!
+//!     cargo run --release -p airlock-egress --example relay_floor -- \
+//!         --listen 127.0.0.1:3128 --allow 127.0.0.1:8080 --allow 127.0.0.1:8443
+
+use std::net::SocketAddr;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+/// The longest request head read before a connection is dropped.
+const MAX_HEAD: usize = 16 * 1024;
+
+fn usage() -> ! {
+    eprintln!("usage: relay_floor --listen ADDR [--allow HOST:PORT]... [--batch]");
+    std::process::exit(2)
+}
+
+fn main() {
+    let mut listen: Option<SocketAddr> = None;
+    let mut allow: Vec<String> = Vec::new();
+    let mut batch = false;
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        if a == "--batch" {
+            batch = true;
+            continue;
+        }
+        match (a.as_str(), args.next()) {
+            ("--listen", Some(v)) => listen = Some(v.parse().unwrap_or_else(|_| usage())),
+            ("--allow", Some(v)) => allow.push(v),
+            _ => usage(),
+        }
+    }
+    let Some(listen) = listen else { usage() };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .on_thread_start(move || {
+            if batch {
+                let _ = airlock_sandbox::schedule_this_thread_as_batch();
+            }
+        })
+        .enable_all()
+        .build();
+    let runtime = match runtime {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("relay_floor: cannot start the runtime: {e}");
+            std::process::exit(1)
+        }
+    };
+    let allow: &'static [String] = Vec::leak(allow);
+    // The accept loop runs on the worker, beside the relays, as in the proxy (the
+    // thread calling `block_on` only waits).
+    let accepting = runtime.spawn(async move {
+        let listener = TcpListener::bind(listen).await?;
+        loop {
+            let (client, _) = listener.accept().await?;
+            tokio::spawn(async move {
+                let _ = serve(client, allow).await;
+            });
+        }
+        #[allow(unreachable_code)]
+        Ok::<(), std::io::Error>(())
+    });
+    let served = match runtime.block_on(accepting) {
+        Ok(r) => r,
+        Err(e) => Err(std::io::Error::other(e)),
+    };
+    if let Err(e) = served {
+        eprintln!("relay_floor: {e}");
+        std::process::exit(1)
+    }
+}
+
+/// One client connection: its first head, then a blind relay.
+async fn serve(mut client: TcpStream, allow: &[String]) -> std::io::Result<()> {
+    client.set_nodelay(true)?;
+    let mut head = Vec::with_capacity(1024);
+    let end = loop {
+        let mut buf = [0u8; 2048];
+        let n = client.read(&mut buf).await?;
+        if n == 0 {
+            return Ok(());
+        }
+        head.extend_from_slice(buf.get(..n).unwrap_or_default());
+        if let Some(p) = head.windows(4).position(|w| w == b"\r\n\r\n") {
+            break p + 4;
+        }
+        if head.len() > MAX_HEAD {
+            return Ok(());
+        }
+    };
+    let text = String::from_utf8_lossy(head.get(..end).unwrap_or_default()).into_owned();
+    let mut words = text.split(' ');
+    let (method, target) = (words.next().unwrap_or(""), words.next().unwrap_or(""));
+    let (authority, tunnel) = if method == "CONNECT" {
+        (target, true)
+    } else {
+        let rest = target.strip_prefix("http://").unwrap_or("");
+        (rest.split('/').next().unwrap_or(""), false)
+    };
+    if !allow.iter().any(|a| a == authority) {
+        client
+            .write_all(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+            .await?;
+        return Ok(());
+    }
+    let mut upstream = TcpStream::connect(authority).await?;
+    upstream.set_nodelay(true)?;
+    if tunnel {
+        client
+            .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
+            .await?;
+        // Bytes the client sent behind the CONNECT head go upstream first.
+        upstream
+            .write_all(head.get(end..).unwrap_or_default())
+            .await?;
+    } else {
+        upstream.write_all(&head).await?;
+    }
+    tokio::io::copy_bidirectional(&mut client, &mut upstream).await?;
+    Ok(())
+}
