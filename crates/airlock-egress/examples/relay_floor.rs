@@ -8,8 +8,8 @@
 //! never parsed, decided, counted or logged: this does strictly less than any proxy that
 //! checks each request, so its throughput bounds what such a proxy can reach on the same
 //! machine. The runtime is the egress proxy's (one tokio worker), and every socket sets
-//! `TCP_NODELAY`, as the proxy's do; `--batch` schedules the worker as the proxy's is
-//! (`SCHED_BATCH`), for a floor under the same scheduling.
+//! `TCP_NODELAY`, as the proxy's do. (For a floor under another scheduling policy, start it
+//! under `chrt`, as BENCHMARKS.md did with `chrt -b 0`.)
 //!
 //! Only destinations given with `--allow host:port` are reached (anything else gets a
 //! `403`), so it is not an open relay even by mistake. It is a benchmark tool, not part
@@ -27,20 +27,15 @@ use tokio::net::{TcpListener, TcpStream};
 const MAX_HEAD: usize = 16 * 1024;
 
 fn usage() -> ! {
-    eprintln!("usage: relay_floor --listen ADDR [--allow HOST:PORT]... [--batch]");
+    eprintln!("usage: relay_floor --listen ADDR [--allow HOST:PORT]...");
     std::process::exit(2)
 }
 
 fn main() {
     let mut listen: Option<SocketAddr> = None;
     let mut allow: Vec<String> = Vec::new();
-    let mut batch = false;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
-        if a == "--batch" {
-            batch = true;
-            continue;
-        }
         match (a.as_str(), args.next()) {
             ("--listen", Some(v)) => listen = Some(v.parse().unwrap_or_else(|_| usage())),
             ("--allow", Some(v)) => allow.push(v),
@@ -50,11 +45,6 @@ fn main() {
     let Some(listen) = listen else { usage() };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
-        .on_thread_start(move || {
-            if batch {
-                let _ = airlock_sandbox::schedule_this_thread_as_batch();
-            }
-        })
         .enable_all()
         .build();
     let runtime = match runtime {

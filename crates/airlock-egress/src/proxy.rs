@@ -79,10 +79,6 @@ struct Counters {
 /// header timeout); past them, connections are closed unanswered.
 const REFUSING_PER_PLACE: usize = 16;
 
-/// The name of the proxy runtime's threads (its worker, and any blocking
-/// helper), all scheduled as `SCHED_BATCH`.
-pub const WORKER_THREAD: &str = "airlock-egress";
-
 /// Takes one of `cap` places counted by `n`, or none when all are taken
 /// (check and take in one step, so concurrent takers never exceed `cap`).
 fn take_place(n: &AtomicUsize, cap: usize) -> bool {
@@ -288,18 +284,9 @@ impl Egress {
         // to 0.51–0.53 of a direct connection and cut its p99 by a quarter
         // (BENCHMARKS.md, "One thread per proxy"); a proxy serves one
         // sandbox, whose agent rarely needs more than a core of relaying.
-        // Its threads wait for their turn when they wake instead of preempting
-        // the thread running on that core, often the peer whose answer it
-        // relays next: CONNECT with new connections went from 0.71–0.82 to
-        // 0.98–1.08 of a direct connection (BENCHMARKS.md, "The proxy stops
-        // preempting its peers"). A kernel that refuses is no error: the
-        // proxy works the same, only slower.
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
-            .thread_name(WORKER_THREAD)
-            .on_thread_start(|| {
-                let _ = airlock_sandbox::schedule_this_thread_as_batch();
-            })
+            .thread_name("airlock-egress")
             .enable_all()
             .build()?;
         let (policy, policy_error) = match policy {

@@ -1,8 +1,7 @@
 //! `TCP_NODELAY` on every socket the proxy relays through (issue 14): the
 //! accepted socket of a sandbox's listener and the upstream socket, for a
 //! CONNECT tunnel, a plain request and a channel, and the control process's
-//! outbound client. Also the proxy's other setting for speed: its threads are
-//! scheduled as `SCHED_BATCH` (at the end).
+//! outbound client.
 //!
 //! How the sockets are observed: the proxy runs in this process, so the test
 //! finds the proxy's own descriptor by its two ends (local and peer address)
@@ -217,51 +216,4 @@ fn outbound_client_sets_nodelay_on_its_socket() {
     assert_eq!(resp.status, 200);
     // (the client's socket, the test upstream's socket)
     assert_eq!(server.join().unwrap(), (true, false));
-}
-
-/// The kernel's scheduling policy of each thread of this process named
-/// `name` (0: normal, 3: batch), from its `sched` file.
-fn policies_of_threads_named(name: &str) -> Vec<u32> {
-    let mut out = Vec::new();
-    for task in std::fs::read_dir("/proc/self/task").unwrap() {
-        let dir = task.unwrap().path();
-        let Ok(comm) = std::fs::read_to_string(dir.join("comm")) else {
-            continue; // the thread ended meanwhile
-        };
-        if comm.trim_end() != name {
-            continue;
-        }
-        let sched = std::fs::read_to_string(dir.join("sched")).unwrap();
-        let line = sched.lines().find(|l| l.starts_with("policy")).unwrap();
-        out.push(line.rsplit(' ').next().unwrap().trim().parse().unwrap());
-    }
-    out
-}
-
-/// The proxy's threads wait for their turn when they wake instead of
-/// preempting the thread on that core (`SCHED_BATCH`, see
-/// `airlock_sandbox::schedule_this_thread_as_batch`), while it relays.
-/// Control: a thread of this test that did not ask is under the normal
-/// policy, and the lookup finds it by its name.
-#[test]
-fn the_proxys_threads_do_not_preempt_on_wakeup() {
-    let upstream = TcpListener::bind("127.0.0.1:0").unwrap();
-    let up_addr = upstream.local_addr().unwrap();
-    let proxy = proxy(up_addr);
-    // A tunnel through it, so its worker is surely running.
-    let mut client = TcpStream::connect(proxy.addr).unwrap();
-    write!(
-        client,
-        "CONNECT {up_addr} HTTP/1.1\r\nHost: {up_addr}\r\n\r\n"
-    )
-    .unwrap();
-    assert!(read_head(&mut client).starts_with("HTTP/1.1 200"));
-    let policies = policies_of_threads_named(airlock_egress::proxy::WORKER_THREAD);
-    assert!(!policies.is_empty(), "the proxy's worker thread is found");
-    assert!(policies.iter().all(|&p| p == 3), "{policies:?}");
-    let control = std::thread::Builder::new()
-        .name("sched-control".into())
-        .spawn(|| policies_of_threads_named("sched-control"))
-        .unwrap();
-    assert_eq!(control.join().unwrap(), vec![0]);
 }

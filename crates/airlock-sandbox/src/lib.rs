@@ -44,7 +44,7 @@ pub use spec::{
     SpecError,
 };
 pub use subid::{IdRange, SandboxIds, SubidChoice, SubidError};
-pub use sys::{retain_freed_heap, schedule_this_thread_as_batch};
+pub use sys::retain_freed_heap;
 
 /// Large blocks (1 MiB and up) go back to the system when freed, instead
 /// of staying in glibc's per-thread arenas (the `sys` module has why):

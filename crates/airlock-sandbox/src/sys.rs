@@ -900,33 +900,6 @@ pub fn retain_freed_heap(bytes: usize) -> bool {
     }
 }
 
-/// Puts the calling thread under `SCHED_BATCH`: the same share of the CPU
-/// as any other thread of its nice level, but when it wakes it waits for
-/// the running thread's turn to end instead of preempting it.
-///
-/// For the egress proxy's worker (`airlock_egress::Egress`). A proxy wakes
-/// once or more for every message it relays; under the normal policy each
-/// wake-up on a busy core preempted whatever ran there, typically the very
-/// peer (upstream server, client) whose answer the proxy then waited for.
-/// On the 2-core benchmark machine that cost CONNECT with new connections
-/// about a quarter of its throughput (BENCHMARKS.md, "The proxy stops
-/// preempting its peers"). The price: on a machine whose every core is busy,
-/// a relayed message may wait up to one scheduler slice (a few ms).
-///
-/// Leaving the normal policy for `SCHED_BATCH` needs no privilege and
-/// changes nothing but this thread's scheduling; the error is the kernel's.
-pub fn schedule_this_thread_as_batch() -> std::io::Result<()> {
-    let param = libc::sched_param { sched_priority: 0 };
-    // SAFETY: sched_setscheduler reads the one `sched_param` passed by
-    // reference, which lives across the call; pid 0 is the calling thread.
-    let rc = unsafe { libc::sched_setscheduler(0, libc::SCHED_BATCH, &param) };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error())
-    }
-}
-
 #[cfg(test)]
 mod tests {
     #[test]
@@ -935,32 +908,6 @@ mod tests {
         // the allocator's integer is refused without calling it.
         assert_eq!(super::retain_freed_heap(64 << 20), cfg!(target_env = "gnu"));
         assert!(!super::retain_freed_heap(usize::MAX));
-    }
-
-    /// The kernel's scheduling policy of a thread of this process, read
-    /// from its `sched` file (0: normal, 3: batch).
-    fn policy_of(task: &str) -> u32 {
-        let sched = std::fs::read_to_string(format!("/proc/self/task/{task}/sched")).unwrap();
-        let line = sched.lines().find(|l| l.starts_with("policy")).unwrap();
-        line.rsplit(' ').next().unwrap().trim().parse().unwrap()
-    }
-
-    /// Only the calling thread leaves the normal policy. Control: a thread
-    /// that did not ask is still under it, and so is this one before.
-    #[test]
-    fn only_the_thread_that_asks_is_scheduled_as_batch() {
-        let tid = || nix::unistd::gettid().to_string();
-        let before = policy_of(&tid());
-        let batch = std::thread::spawn(move || {
-            super::schedule_this_thread_as_batch().unwrap();
-            policy_of(&tid())
-        })
-        .join()
-        .unwrap();
-        let other = std::thread::spawn(move || policy_of(&tid()))
-            .join()
-            .unwrap();
-        assert_eq!((before, batch, other), (0, 3, 0));
     }
 
     fn exit_code(pid: nix::unistd::Pid) -> i32 {
