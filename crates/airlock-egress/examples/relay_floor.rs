@@ -27,15 +27,20 @@ use tokio::net::{TcpListener, TcpStream};
 const MAX_HEAD: usize = 16 * 1024;
 
 fn usage() -> ! {
-    eprintln!("usage: relay_floor --listen ADDR [--allow HOST:PORT]...");
+    eprintln!("usage: relay_floor --listen ADDR [--allow HOST:PORT]... [--accept-on-main]");
     std::process::exit(2)
 }
 
 fn main() {
     let mut listen: Option<SocketAddr> = None;
     let mut allow: Vec<String> = Vec::new();
+    let mut accept_on_main = false;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
+        if a == "--accept-on-main" {
+            accept_on_main = true;
+            continue;
+        }
         match (a.as_str(), args.next()) {
             ("--listen", Some(v)) => listen = Some(v.parse().unwrap_or_else(|_| usage())),
             ("--allow", Some(v)) => allow.push(v),
@@ -56,8 +61,9 @@ fn main() {
     };
     let allow: &'static [String] = Vec::leak(allow);
     // The accept loop runs on the worker, beside the relays, as in the proxy (the
-    // thread calling `block_on` only waits).
-    let accepting = runtime.spawn(async move {
+    // thread calling `block_on` only waits), or with `--accept-on-main` on the thread
+    // calling `block_on`, which then wakes the worker for each connection.
+    let accepting = async move {
         let listener = TcpListener::bind(listen).await?;
         loop {
             let (client, _) = listener.accept().await?;
@@ -67,10 +73,14 @@ fn main() {
         }
         #[allow(unreachable_code)]
         Ok::<(), std::io::Error>(())
-    });
-    let served = match runtime.block_on(accepting) {
-        Ok(r) => r,
-        Err(e) => Err(std::io::Error::other(e)),
+    };
+    let served = if accept_on_main {
+        runtime.block_on(accepting)
+    } else {
+        match runtime.block_on(runtime.spawn(accepting)) {
+            Ok(r) => r,
+            Err(e) => Err(std::io::Error::other(e)),
+        }
     };
     if let Err(e) = served {
         eprintln!("relay_floor: {e}");
