@@ -1,5 +1,6 @@
 //! The least an HTTP proxy can do, as a floor for the egress proxy's benchmark (issue 14,
-//! goal 2; BENCHMARKS.md, "What any relay costs on this machine").
+//! goal 2; BENCHMARKS.md, "The floor of any relay, and a scheduling lever tried and not
+//! kept").
 //!
 //! For each client connection it reads one request head. A `CONNECT host:port` gets a
 //! `200` and then a blind byte relay to `host:port`; an absolute-form request
@@ -17,6 +18,9 @@
 //!
 //!     cargo run --release -p airlock-egress --example relay_floor -- \
 //!         --listen 127.0.0.1:3128 --allow 127.0.0.1:8080 --allow 127.0.0.1:8443
+//!
+//! `--accept-on-main` runs the accept loop on the main thread instead of the worker (the
+//! proxy accepts on its worker; BENCHMARKS.md measured both).
 
 use std::net::SocketAddr;
 
