@@ -38,6 +38,7 @@ use crate::policy::{Channel, Limits, Policy, PolicyError};
 use crate::resolve::Resolve;
 use airlock_redact::StreamRedactor;
 
+mod accept;
 mod logsink;
 mod pool;
 
@@ -182,6 +183,20 @@ pub struct Egress {
     rt: tokio::runtime::Runtime,
     shared: Arc<Shared>,
     policy_error: Option<String>,
+    /// The threads accepting this proxy's listeners; stopped before the runtime is dropped.
+    acceptors: Mutex<Vec<Arc<accept::Acceptor>>>,
+}
+
+impl Drop for Egress {
+    fn drop(&mut self) {
+        let acceptors = match self.acceptors.get_mut() {
+            Ok(a) => std::mem::take(a),
+            Err(poisoned) => std::mem::take(poisoned.into_inner()),
+        };
+        for a in acceptors {
+            a.stop();
+        }
+    }
 }
 
 impl std::fmt::Debug for Egress {
@@ -196,17 +211,18 @@ impl std::fmt::Debug for Egress {
 #[derive(Debug)]
 pub struct SandboxEgress {
     counters: Arc<Counters>,
-    stop: Arc<tokio::sync::Notify>,
+    acceptor: Arc<accept::Acceptor>,
 }
 
 impl SandboxEgress {
     pub fn summary(&self) -> EgressSummary {
         self.counters.summary()
     }
-    /// Stops accepting and returns the totals.
+    /// Stops accepting and returns the totals. When it returns, the listening socket is
+    /// closed: a new connection is refused. Connections already accepted are served on until
+    /// they end or the proxy is dropped.
     pub fn shutdown(self) -> EgressSummary {
-        self.stop.notify_waiters();
-        self.stop.notify_one();
+        self.acceptor.stop();
         self.counters.summary()
     }
 }
@@ -303,6 +319,7 @@ impl Egress {
                 halt: OnceLock::new(),
             }),
             policy_error,
+            acceptors: Mutex::default(),
         })
     }
 
@@ -323,7 +340,9 @@ impl Egress {
         self.shared.policy.as_ref()
     }
 
-    /// Serves one sandbox's listener until [`SandboxEgress::shutdown`].
+    /// Serves one sandbox's listener until [`SandboxEgress::shutdown`] or until this proxy
+    /// is dropped. The listener is accepted on a thread of its own (`accept`'s module doc
+    /// says why); each connection is served on the runtime.
     pub fn serve_sandbox(
         &self,
         listener: std::net::TcpListener,
@@ -331,9 +350,7 @@ impl Egress {
         run: Option<&str>,
         self_authority: &str,
     ) -> std::io::Result<SandboxEgress> {
-        listener.set_nonblocking(true)?;
         let counters = Arc::new(Counters::default());
-        let stop = Arc::new(tokio::sync::Notify::new());
         let ctx = Arc::new(Ctx {
             shared: self.shared.clone(),
             counters: counters.clone(),
@@ -342,36 +359,37 @@ impl Egress {
             self_authority: self_authority.to_string(),
             pool: Arc::default(),
         });
-        let stop2 = stop.clone();
-        let _guard = self.rt.enter();
-        let listener = tokio::net::TcpListener::from_std(listener)?;
-        self.rt.spawn(async move {
-            loop {
-                tokio::select! {
-                    _ = stop2.notified() => break,
-                    r = listener.accept() => match r {
-                        Ok((stream, _)) => {
-                            let ctx = ctx.clone();
-                            let cap = ctx.limits().max_connections;
-                            if take_place(&ctx.counters.connections, cap) {
-                                tokio::spawn(async move {
-                                    let _place = Place(&ctx.counters.connections);
-                                    serve_connection(stream, ctx.clone()).await;
-                                });
-                            } else if take_place(&ctx.counters.refusing, cap.saturating_mul(REFUSING_PER_PLACE)) {
-                                tokio::spawn(async move {
-                                    let _place = Place(&ctx.counters.refusing);
-                                    refuse_connection(stream, ctx.clone()).await;
-                                });
-                            }
-                            // Past that, a connection is closed unanswered.
-                        }
-                        Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
-                    }
+        let cap = ctx.limits().max_connections;
+        let runtime = self.rt.handle().clone();
+        let acceptor = Arc::new(accept::Acceptor::start(
+            listener,
+            self.rt.handle(),
+            move |stream| {
+                let ctx = ctx.clone();
+                if take_place(&ctx.counters.connections, cap) {
+                    runtime.spawn(async move {
+                        let _place = Place(&ctx.counters.connections);
+                        serve_connection(stream, ctx.clone()).await;
+                    });
+                } else if take_place(
+                    &ctx.counters.refusing,
+                    cap.saturating_mul(REFUSING_PER_PLACE),
+                ) {
+                    runtime.spawn(async move {
+                        let _place = Place(&ctx.counters.refusing);
+                        refuse_connection(stream, ctx.clone()).await;
+                    });
                 }
-            }
-        });
-        Ok(SandboxEgress { counters, stop })
+                // Past that, a connection is closed unanswered.
+            },
+        )?);
+        let mut acceptors = match self.acceptors.lock() {
+            Ok(a) => a,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        acceptors.retain(|a| !a.is_stopped());
+        acceptors.push(acceptor.clone());
+        Ok(SandboxEgress { counters, acceptor })
     }
 
     /// Serves a listener in the foreground (`airlock proxy`).
