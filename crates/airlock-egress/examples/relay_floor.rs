@@ -19,8 +19,9 @@
 //!     cargo run --release -p airlock-egress --example relay_floor -- \
 //!         --listen 127.0.0.1:3128 --allow 127.0.0.1:8080 --allow 127.0.0.1:8443
 //!
-//! `--accept-on-main` runs the accept loop on the main thread instead of the worker (the
-//! proxy accepts on its worker; BENCHMARKS.md measured both).
+//! The accept loop runs on a thread of its own (the main thread, in `block_on`), as the
+//! proxy's does; `--accept-on-worker` runs it on the worker beside the relays, where the proxy
+//! accepted before (BENCHMARKS.md, "Where the proxy accepts", measured both).
 
 use std::net::SocketAddr;
 
@@ -31,18 +32,18 @@ use tokio::net::{TcpListener, TcpStream};
 const MAX_HEAD: usize = 16 * 1024;
 
 fn usage() -> ! {
-    eprintln!("usage: relay_floor --listen ADDR [--allow HOST:PORT]... [--accept-on-main]");
+    eprintln!("usage: relay_floor --listen ADDR [--allow HOST:PORT]... [--accept-on-worker]");
     std::process::exit(2)
 }
 
 fn main() {
     let mut listen: Option<SocketAddr> = None;
     let mut allow: Vec<String> = Vec::new();
-    let mut accept_on_main = false;
+    let mut accept_on_main = true;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
-        if a == "--accept-on-main" {
-            accept_on_main = true;
+        if a == "--accept-on-worker" {
+            accept_on_main = false;
             continue;
         }
         match (a.as_str(), args.next()) {
@@ -64,9 +65,9 @@ fn main() {
         }
     };
     let allow: &'static [String] = Vec::leak(allow);
-    // The accept loop runs on the worker, beside the relays, as in the proxy (the
-    // thread calling `block_on` only waits), or with `--accept-on-main` on the thread
-    // calling `block_on`, which then wakes the worker for each connection.
+    // The accept loop runs on the thread calling `block_on`, which wakes the worker for
+    // each connection, as in the proxy; with `--accept-on-worker` it runs on the worker,
+    // beside the relays (the thread calling `block_on` then only waits).
     let accepting = async move {
         let listener = TcpListener::bind(listen).await?;
         loop {
