@@ -360,14 +360,14 @@ impl Egress {
             pool: Arc::default(),
         });
         let cap = ctx.limits().max_connections;
-        let runtime = self.rt.handle().clone();
+        // `on_accept` runs inside the runtime's context (the accepting thread's `block_on`).
         let acceptor = Arc::new(accept::Acceptor::start(
             listener,
             self.rt.handle(),
             move |stream| {
                 let ctx = ctx.clone();
                 if take_place(&ctx.counters.connections, cap) {
-                    runtime.spawn(async move {
+                    tokio::spawn(async move {
                         let _place = Place(&ctx.counters.connections);
                         serve_connection(stream, ctx.clone()).await;
                     });
@@ -375,7 +375,7 @@ impl Egress {
                     &ctx.counters.refusing,
                     cap.saturating_mul(REFUSING_PER_PLACE),
                 ) {
-                    runtime.spawn(async move {
+                    tokio::spawn(async move {
                         let _place = Place(&ctx.counters.refusing);
                         refuse_connection(stream, ctx.clone()).await;
                     });

@@ -85,7 +85,7 @@ fn refused(port: u16) -> bool {
 fn shutdown_closes_the_listener_and_serves_what_it_accepted() {
     let e = egress();
     let (served, port, link) = serve(&e, "a");
-    // Controls: the listener is served, and the lookup finds its two descriptors.
+    // Controls: the listener is served, and the lookup finds its descriptor.
     let mut kept = TcpStream::connect(("127.0.0.1", port)).unwrap();
     assert_eq!(ask(&mut kept), 403);
     assert_eq!(descriptors_of(&link), 1, "the accepting thread's");

@@ -35,7 +35,8 @@ pub(super) struct Acceptor {
 
 impl Acceptor {
     /// Starts accepting `listener` for `runtime`, calling `on_accept` with each connection on
-    /// the new thread (it must not block: it takes a place and spawns onto the runtime).
+    /// the new thread, inside the runtime's context (so it may `tokio::spawn`; it must not
+    /// block: it takes a place and spawns).
     pub(super) fn start(
         listener: std::net::TcpListener,
         runtime: &Handle,
