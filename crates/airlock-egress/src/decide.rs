@@ -58,7 +58,7 @@ impl Decision {
 pub fn host_string(h: &Host) -> String {
     match h {
         Host::Name(n) => n.clone(),
-        Host::Ip(ip) => ip.to_string(),
+        Host::Ip(ip) => authority::ip_string(*ip),
     }
 }
 
@@ -171,7 +171,7 @@ fn decide_ip(policy: &Policy, target: &Authority, ip: IpAddr, mode: Mode) -> Dec
     Decision {
         allow: true,
         reason: "allowed",
-        host: Some(ip.to_string()),
+        host: Some(authority::ip_string(ip)),
         port: Some(target.port),
         rule: Some(rule.label()),
         resolved: vec![ip],

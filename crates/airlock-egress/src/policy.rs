@@ -4,7 +4,7 @@
 //! denies everything with reason `no_policy`.
 
 use std::collections::BTreeMap;
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -123,7 +123,14 @@ impl Rule {
                 pattern: HostPattern::Suffix(s),
                 ..
             } => format!("*.{s}"),
-            Rule::Cidr { net, .. } => format!("{}/{}", net.base, net.prefix),
+            Rule::Cidr { net, .. } => {
+                // Written without `format!`: a CIDR rule's label is built for every request it
+                // allows.
+                let mut label = crate::authority::ip_string(net.base);
+                label.push('/');
+                label.push_str(itoa::Buffer::new().format(net.prefix));
+                label
+            }
         }
     }
     fn ports(&self) -> &[u16] {
@@ -537,10 +544,19 @@ pub const METADATA: &[&str] = &[
     "100.100.100.200",
 ];
 
+/// [`METADATA`] as addresses (`metadata_addresses_are_the_listed_ones` checks they agree):
+/// [`never_allowed`] runs for every request, and parsing the list each time cost more than
+/// the rest of the check.
+const METADATA_ADDRS: [IpAddr; 4] = [
+    IpAddr::V4(Ipv4Addr::new(169, 254, 169, 254)),
+    IpAddr::V6(Ipv6Addr::new(0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x254)),
+    IpAddr::V4(Ipv4Addr::new(168, 63, 129, 16)),
+    IpAddr::V4(Ipv4Addr::new(100, 100, 100, 200)),
+];
+
 /// True for addresses no rule can ever open.
 pub fn never_allowed(ip: IpAddr) -> bool {
-    classify::classify(ip).class == AddrClass::Metadata
-        || METADATA.iter().any(|m| m.parse() == Ok(ip))
+    classify::classify(ip).class == AddrClass::Metadata || METADATA_ADDRS.contains(&ip)
 }
 
 fn parse_channel(
@@ -646,4 +662,43 @@ fn parse_channel(
         path_prefixes,
         insecure_upstream_for_tests: c.insecure_upstream_for_tests,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    #[test]
+    fn metadata_addresses_are_the_listed_ones() {
+        let listed: Vec<IpAddr> = METADATA.iter().map(|m| m.parse().unwrap()).collect();
+        assert_eq!(listed, METADATA_ADDRS);
+        for ip in listed {
+            assert!(never_allowed(ip), "{ip}");
+        }
+        // Positive control: an address next to one of them is not refused by the list.
+        assert!(!never_allowed("169.254.169.253".parse().unwrap()));
+        assert!(!never_allowed("168.63.129.17".parse().unwrap()));
+    }
+
+    #[test]
+    fn a_cidr_rule_is_labelled_as_display_writes_it() {
+        for (base, prefix) in [
+            ("127.0.0.1", 32u8),
+            ("10.0.0.0", 8),
+            ("0.0.0.0", 0),
+            ("255.255.255.255", 32),
+            ("2001:db8::", 32),
+        ] {
+            let rule = Rule::Cidr {
+                net: Cidr {
+                    base: base.parse().unwrap(),
+                    prefix,
+                },
+                ports: vec![80],
+                http: false,
+            };
+            assert_eq!(rule.label(), format!("{base}/{prefix}"));
+        }
+    }
 }

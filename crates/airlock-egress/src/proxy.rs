@@ -544,15 +544,12 @@ fn classify_request(req: &Request<Incoming>, self_authority: &str) -> Target {
             _ => Target::Bad("connect_target_not_authority"),
         };
     }
-    let path_and_query = uri
-        .path_and_query()
-        .map(|p| p.as_str().to_string())
-        .unwrap_or_else(|| "/".into());
     let to_self = match uri.authority() {
         None => true,
         Some(a) => a.as_str() == self_authority,
     };
     if to_self {
+        let path_and_query = uri.path_and_query().map_or("/", |p| p.as_str());
         if let Some(rest) = path_and_query.strip_prefix(CHANNEL_PREFIX) {
             let (name, tail) = match rest.find(['/', '?']) {
                 Some(i) => (&rest[..i], &rest[i..]),
@@ -831,19 +828,27 @@ const CLIENT_AUTH: &[&str] = &[
 fn strip_hop_by_hop(h: &mut HeaderMap) {
     if h.contains_key(header::CONNECTION) {
         // `HeaderName::from_bytes` lowercases; a listed name that is no valid header name
-        // cannot be present.
+        // cannot be present. A listed hop-by-hop name (`keep-alive`) goes with the others below.
         let listed: Vec<http::HeaderName> = h
             .get_all(header::CONNECTION)
             .iter()
             .filter_map(|v| v.to_str().ok())
             .flat_map(|v| v.split(','))
-            .filter_map(|n| http::HeaderName::from_bytes(n.trim().as_bytes()).ok())
+            .map(str::trim)
+            .filter(|n| {
+                !HOP_BY_HOP
+                    .iter()
+                    .any(|h| h.as_str().eq_ignore_ascii_case(n))
+            })
+            .filter_map(|n| http::HeaderName::from_bytes(n.as_bytes()).ok())
             .collect();
         for name in listed {
             h.remove(name);
         }
     }
-    for name in HOP_BY_HOP {
+    // Only the names present are removed (a message carries one or two, and each `remove`
+    // hashes its name): at most one scan of the names per hop-by-hop header removed.
+    while let Some(name) = h.keys().find(|k| HOP_BY_HOP.contains(k)).cloned() {
         h.remove(name);
     }
 }
@@ -920,11 +925,7 @@ async fn send(
 ) -> Result<Sent, (StatusCode, &'static str)> {
     let limits = ctx.limits();
     for addr in &up.addrs {
-        let key = pool::Key {
-            route: up.route.clone(),
-            addr: *addr,
-        };
-        while let Some(mut sender) = ctx.pool.take(&key) {
+        while let Some((key, mut sender)) = ctx.pool.take(&up.route, *addr) {
             // Usually ready already (its last response was read whole): no timer then.
             if !sender.is_ready()
                 && !matches!(
@@ -1382,4 +1383,52 @@ async fn channel_addrs(
         .into_iter()
         .map(|ip| SocketAddr::new(ip, ch.port))
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    #[test]
+    fn hop_by_hop_headers_are_stripped_and_nothing_else() {
+        let mut h = HeaderMap::new();
+        for name in HOP_BY_HOP {
+            h.append(name.clone(), HeaderValue::from_static("1"));
+            h.append(name, HeaderValue::from_static("2"));
+        }
+        h.append(
+            header::CONNECTION,
+            HeaderValue::from_static("X-Private , close"),
+        );
+        h.append("x-private", HeaderValue::from_static("secret"));
+        h.append("x-kept", HeaderValue::from_static("a"));
+        h.append("x-kept", HeaderValue::from_static("b"));
+        h.append(header::CONTENT_LENGTH, HeaderValue::from_static("3"));
+        // Control: every name to be stripped is there before.
+        for name in HOP_BY_HOP
+            .iter()
+            .chain([&http::HeaderName::from_static("x-private")])
+        {
+            assert!(h.contains_key(name), "{name}");
+        }
+        strip_hop_by_hop(&mut h);
+        let mut left: Vec<(String, String)> = h
+            .iter()
+            .map(|(n, v)| (n.to_string(), v.to_str().unwrap().to_string()))
+            .collect();
+        left.sort();
+        assert_eq!(
+            left,
+            [
+                ("content-length".into(), "3".into()),
+                ("x-kept".into(), "a".into()),
+                ("x-kept".into(), "b".into()),
+            ]
+        );
+        // Nothing to strip: nothing changes.
+        let before = h.clone();
+        strip_hop_by_hop(&mut h);
+        assert_eq!(h, before);
+    }
 }

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use serde::ser::{Serialize, SerializeMap, Serializer};
 
+use crate::authority::Ipv4Text;
 use crate::decide::Decision;
 
 /// Where decision and connection lines go.
@@ -72,6 +73,19 @@ impl Line<'_> {
         fn val<T: Serialize + ?Sized>(out: &mut Vec<u8>, v: &T) -> serde_json::Result<()> {
             serde_json::to_writer(&mut *out, v)
         }
+        // An address as serde writes it (its `Display` text, quoted), without the formatting
+        // machinery for IPv4: two of a plain request's log fields are addresses.
+        fn ip_val(out: &mut Vec<u8>, ip: &IpAddr) -> serde_json::Result<()> {
+            match ip {
+                IpAddr::V4(v4) => {
+                    out.push(b'"');
+                    out.extend_from_slice(Ipv4Text::new(*v4).as_str().as_bytes());
+                    out.push(b'"');
+                    Ok(())
+                }
+                IpAddr::V6(_) => val(out, ip),
+            }
+        }
         let run_and_sandbox = |out: &mut Vec<u8>| {
             if let Some(r) = self.run {
                 out.extend_from_slice(br#","run":"#);
@@ -94,8 +108,14 @@ impl Line<'_> {
                 val(out, &d.port)?;
                 out.extend_from_slice(br#","reason":"#);
                 val(out, d.reason)?;
-                out.extend_from_slice(br#","resolved":"#);
-                val(out, &d.resolved)?;
+                out.extend_from_slice(br#","resolved":["#);
+                for (i, ip) in d.resolved.iter().enumerate() {
+                    if i > 0 {
+                        out.push(b',');
+                    }
+                    ip_val(out, ip)?;
+                }
+                out.push(b']');
                 out.extend_from_slice(br#","rule":"#);
                 val(out, &d.rule)?;
                 run_and_sandbox(out)?;
@@ -112,7 +132,7 @@ impl Line<'_> {
                 out.extend_from_slice(br#","event":"egress_response","host":"#);
                 val(out, host)?;
                 out.extend_from_slice(br#","resolved_ip":"#);
-                val(out, resolved_ip)?;
+                ip_val(out, resolved_ip)?;
                 out.extend_from_slice(if *reused_connection {
                     br#","reused_connection":true"#
                 } else {
@@ -141,7 +161,7 @@ impl Line<'_> {
                 out.extend_from_slice(br#","kind":"connect","port":"#);
                 val(out, port)?;
                 out.extend_from_slice(br#","resolved_ip":"#);
-                val(out, resolved_ip)?;
+                ip_val(out, resolved_ip)?;
                 run_and_sandbox(out)?;
             }
             Event::Value(_) => return val(out, self),

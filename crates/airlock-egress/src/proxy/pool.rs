@@ -72,12 +72,29 @@ impl<B> Default for Pool<B> {
 }
 
 impl<B> Pool<B> {
-    /// The most recently returned open connection opened under `key`.
-    pub(super) fn take(&self, key: &Key) -> Option<SendRequest<B>> {
+    /// The most recently returned open connection opened for `route` to
+    /// `addr`, with the key it was kept under.
+    pub(super) fn take(&self, route: &Route, addr: SocketAddr) -> Option<(Key, SendRequest<B>)> {
         let mut idle = self.idle.lock().ok()?;
-        prune(&mut idle);
-        let i = idle.iter().rposition(|c| &c.key == key)?;
-        Some(idle.remove(i).sender)
+        let now = Instant::now();
+        drop_expired(&mut idle, now);
+        // Only the candidates are checked for a close: the others are looked at when the
+        // pool is full (`put`) or their time is up.
+        while let Some(i) = idle
+            .iter()
+            .rposition(|c| c.key.addr == addr && &c.key.route == route)
+        {
+            let c = idle.remove(i);
+            if !c.sender.is_closed() {
+                return Some((c.key, c.sender));
+            }
+        }
+        None
+    }
+
+    #[cfg(test)]
+    fn take_key(&self, key: &Key) -> Option<SendRequest<B>> {
+        self.take(&key.route, key.addr).map(|(_, s)| s)
     }
 
     /// Keeps a connection whose last response the upstream has sent whole.
@@ -88,14 +105,18 @@ impl<B> Pool<B> {
         let Ok(mut idle) = self.idle.lock() else {
             return;
         };
-        prune(&mut idle);
+        let now = Instant::now();
+        drop_expired(&mut idle, now);
+        if idle.len() >= MAX_IDLE {
+            idle.retain(|c| !c.sender.is_closed());
+        }
         if idle.len() >= MAX_IDLE {
             idle.remove(0);
         }
         idle.push(Idle {
             key,
             sender,
-            since: Instant::now(),
+            since: now,
         });
     }
 
@@ -106,11 +127,17 @@ impl<B> Pool<B> {
     }
 }
 
-/// Drops connections the upstream closed and those idle too long (dropping
-/// the last sender ends the connection).
-fn prune<B>(idle: &mut Vec<Idle<B>>) {
-    let now = Instant::now();
-    idle.retain(|c| !c.sender.is_closed() && now.duration_since(c.since) < IDLE_FOR);
+/// Drops the connections idle too long (dropping the last sender ends the
+/// connection). They are the oldest: `idle` is in the order they were put,
+/// with the time read under the lock, so only its front is looked at.
+fn drop_expired<B>(idle: &mut Vec<Idle<B>>, now: Instant) {
+    let expired = idle
+        .iter()
+        .position(|c| now.duration_since(c.since) < IDLE_FOR)
+        .unwrap_or(idle.len());
+    if expired > 0 {
+        idle.drain(..expired);
+    }
 }
 
 /// An upstream response body that gives its connection back to the pool
@@ -238,11 +265,75 @@ mod tests {
         let (s, _server) = sender().await;
         pool.put(kept.clone(), s);
         for other in &others {
-            assert!(pool.take(other).is_none(), "{other:?}");
+            assert!(pool.take_key(other).is_none(), "{other:?}");
         }
         // Positive control: the same key takes it, once.
-        assert!(pool.take(&kept).is_some());
-        assert!(pool.take(&kept).is_none());
+        assert!(pool.take_key(&kept).is_some());
+        assert!(pool.take_key(&kept).is_none());
+    }
+
+    #[tokio::test]
+    async fn a_connection_closed_or_expired_while_idle_is_never_taken() {
+        let k = key(Route::Channel { name: "m".into() }, 1);
+        let pool = Pool::default();
+        // Control: an open connection put back is taken.
+        let (s, _server) = sender().await;
+        pool.put(k.clone(), s);
+        assert!(pool.take_key(&k).is_some());
+        // Closed by the upstream after it was put back.
+        let (s, server) = sender().await;
+        pool.put(k.clone(), s);
+        drop(server);
+        while pool
+            .idle
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|c| !c.sender.is_closed())
+        {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        assert!(pool.take_key(&k).is_none());
+        assert_eq!(pool.len(), 0);
+        // Idle longer than `IDLE_FOR`, and a newer one behind it.
+        let (old, _s1) = sender().await;
+        let (new, _s2) = sender().await;
+        let long_ago = Instant::now()
+            .checked_sub(IDLE_FOR + Duration::from_secs(1))
+            .unwrap();
+        pool.idle.lock().unwrap().push(Idle {
+            key: k.clone(),
+            sender: old,
+            since: long_ago,
+        });
+        let newer = key(Route::Channel { name: "n".into() }, 1);
+        pool.put(newer.clone(), new);
+        assert_eq!(pool.len(), 1, "the expired one went when the newer was put");
+        assert!(pool.take_key(&k).is_none());
+        assert!(pool.take_key(&newer).is_some());
+    }
+
+    #[tokio::test]
+    async fn a_full_pool_drops_closed_connections_before_open_ones() {
+        let pool = Pool::default();
+        let mut servers = Vec::new();
+        for port in 0..MAX_IDLE as u16 {
+            let (s, server) = sender().await;
+            servers.push(server);
+            pool.put(key(Route::Channel { name: "m".into() }, port), s);
+        }
+        // The newest's upstream closes; the oldest is open.
+        drop(servers.pop());
+        while !pool.idle.lock().unwrap().last().unwrap().sender.is_closed() {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        let (s, _server) = sender().await;
+        pool.put(key(Route::Channel { name: "m".into() }, 1000), s);
+        assert_eq!(pool.len(), MAX_IDLE);
+        assert!(
+            pool.take_key(&key(Route::Channel { name: "m".into() }, 0))
+                .is_some()
+        );
     }
 
     #[tokio::test]
@@ -265,11 +356,11 @@ mod tests {
         assert_eq!(pool.len(), MAX_IDLE);
         // The oldest went first.
         assert!(
-            pool.take(&key(Route::Channel { name: "m".into() }, 0))
+            pool.take_key(&key(Route::Channel { name: "m".into() }, 0))
                 .is_none()
         );
         assert!(
-            pool.take(&key(
+            pool.take_key(&key(
                 Route::Channel { name: "m".into() },
                 MAX_IDLE as u16 + 2
             ))
