@@ -213,6 +213,16 @@ fn probe() -> Vec<Check> {
         )
         .fix("fix the user-namespace checks above; until then runs refuse to start unless a worker accepts a lower level")
     });
+    let init = airlock_sandbox::init_binary::chosen();
+    out.push(match init {
+        airlock_sandbox::init_binary::InitBinary::Refused { .. } => check(
+            "sandbox_init",
+            Status::Warn,
+            init.describe(),
+        )
+        .fix("put the airlock-sandbox-init of the same build beside airlock, owned like it and writable only by its owner"),
+        _ => check("sandbox_init", Status::Ok, init.describe()),
+    });
     for g in &report.guarantees {
         if g.in_force {
             continue;

@@ -302,11 +302,13 @@ impl Default for Broker {
 pub(crate) static LAUNCHES: AtomicU64 = AtomicU64::new(0);
 
 impl Broker {
-    /// A broker that re-executes the running binary as the sandbox init.
-    /// The binary's `main` must call [`crate::init::main_if_requested`].
+    /// A broker whose sandbox init is the small `airlock-sandbox-init` beside
+    /// the running binary when that one may be used ([`crate::init_binary`]),
+    /// and otherwise the running binary itself, whose `main` must then call
+    /// [`crate::init::main_if_requested`].
     pub fn new() -> Self {
         Self {
-            init_exe: PathBuf::from("/proc/self/exe"),
+            init_exe: crate::init_binary::chosen().path(),
             subids: SubidChoice::Default,
             pool: None,
         }
@@ -1187,7 +1189,12 @@ fn spawn_init(
         (control.map_or(-1, |f| f.as_raw_fd()), CONTROL_FD),
     ];
     let broker = std::process::id().to_string();
-    sys::spawn_init(init_exe, &[crate::INIT_ARG, &broker], &fds, piped)
+    sys::spawn_init(
+        init_exe,
+        &[crate::INIT_ARG, &broker, crate::INIT_ID],
+        &fds,
+        piped,
+    )
 }
 
 /// Whether a launch's roots or mount sources hold, or lie inside, the

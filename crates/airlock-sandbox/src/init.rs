@@ -130,7 +130,20 @@ extern "C" fn note_signal(sig: libc::c_int) {
 /// If this process was started as the sandbox init, runs it and exits;
 /// otherwise returns immediately. Call first thing in `main`.
 pub fn main_if_requested() {
-    if std::env::args_os().nth(1).as_deref() != Some(std::ffi::OsStr::new(crate::INIT_ARG)) {
+    let first = std::env::args_os().nth(1);
+    if first.as_deref() == Some(std::ffi::OsStr::new(crate::INIT_ID_ARG)) {
+        // Asked by a broker choosing its init (`init_binary`): which build is this, and may
+        // this binary make a user namespace here (an AppArmor profile names binaries by path)?
+        // This process is single-threaded and ends at once, so the namespace goes with it.
+        let userns = if unshare(CloneFlags::CLONE_NEWUSER).is_ok() {
+            "userns"
+        } else {
+            "no-userns"
+        };
+        println!("{} {userns}", crate::INIT_ID);
+        std::process::exit(0);
+    }
+    if first.as_deref() != Some(std::ffi::OsStr::new(crate::INIT_ARG)) {
         return;
     }
     let code = run();
@@ -197,6 +210,18 @@ fn run() -> i32 {
         return crate::EXIT_SANDBOX_FAILED;
     };
     let mut status = Status(File::from(status_fd));
+    // The broker names its build: an init from another one (a binary replaced beside a running
+    // broker) may read the spec differently, so it runs nothing.
+    let id = std::env::args().nth(3).unwrap_or_default();
+    if id != crate::INIT_ID {
+        return status.fail(
+            "init_id",
+            format!(
+                "this sandbox init is build {}, the broker is {id:?}",
+                crate::INIT_ID
+            ),
+        );
+    }
     // The spec is one JSON line; the same pipe later carries one "go" byte
     // once the broker has put this process into its cgroup, so cgroup
     // attachment overlaps with namespace set-up.

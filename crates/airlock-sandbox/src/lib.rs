@@ -25,6 +25,7 @@ pub mod exe;
 mod helpers;
 mod hostfs;
 pub mod init;
+pub mod init_binary;
 pub mod landlock_rules;
 pub mod output;
 mod pool;
@@ -68,6 +69,18 @@ pub fn one_malloc_arena() -> bool {
 /// init process. The binary's `main` must call [`init::main_if_requested`]
 /// before doing anything else (in particular before starting threads).
 pub const INIT_ARG: &str = "__airlock-sandbox-init";
+
+/// The hidden first argument that makes a sandbox init print [`INIT_ID`] and exit.
+pub const INIT_ID_ARG: &str = "__airlock-sandbox-init-id";
+
+/// This build's sandbox init protocol: the crate's version and a hash of its sources
+/// (`build.rs`). The broker passes it to every init it starts, and an init from another build
+/// refuses to run.
+pub const INIT_ID: &str = env!("AIRLOCK_SANDBOX_INIT_ID");
+
+/// The small sandbox init binary's file name, looked for beside the running binary
+/// ([`init_binary`]).
+pub const INIT_BINARY: &str = "airlock-sandbox-init";
 
 /// Exit status used when the sandbox itself could not start (SBX-7).
 pub const EXIT_SANDBOX_FAILED: i32 = 125;

@@ -873,9 +873,10 @@ fn sbx_4_an_init_whose_broker_is_gone_ends_itself() {
     // the init's parent is this test process.
     let init = |broker: &str| {
         std::process::Command::new("/bin/sh")
-            .args(["-c", "exec \"$0\" __airlock-sandbox-init $1 4>&1"])
+            .args(["-c", "exec \"$0\" __airlock-sandbox-init $1 $2 4>&1"])
             .arg(airlock_bin())
             .arg(broker)
+            .arg(airlock_sandbox::INIT_ID)
             .stdin(std::process::Stdio::null())
             .output()
             .unwrap()
@@ -889,6 +890,176 @@ fn sbx_4_an_init_whose_broker_is_gone_ends_itself() {
     assert_eq!(out.status.code(), Some(125));
     let said = String::from_utf8_lossy(&out.stdout);
     assert!(said.contains("missing spec descriptor"), "{said}");
+}
+
+/// An init started by a broker of another build (an `airlock-sandbox-init`
+/// replaced beside a running airlock) runs nothing: it reports a set-up
+/// failure naming both builds on its status descriptor and ends with the
+/// sandbox's failure code, whichever binary it is. Control: given this
+/// build's id it goes on, to the missing spec.
+#[test]
+fn sbx_init_an_init_of_another_build_runs_nothing() {
+    let small = airlock_bin().with_file_name(airlock_sandbox::INIT_BINARY);
+    for init in [airlock_bin(), small] {
+        let run = |id: &str| {
+            std::process::Command::new("/bin/sh")
+                .args(["-c", "exec \"$0\" __airlock-sandbox-init $1 \"$2\" 4>&1"])
+                .arg(&init)
+                .arg(std::process::id().to_string())
+                .arg(id)
+                .stdin(std::process::Stdio::null())
+                .output()
+                .unwrap()
+        };
+        for id in ["0.1.0-0000000000000000", ""] {
+            let out = run(id);
+            assert_eq!(out.status.code(), Some(125), "{init:?} {id:?}");
+            let said = String::from_utf8_lossy(&out.stdout);
+            assert!(said.contains("init_id"), "{init:?} {id:?}: {said}");
+            assert!(said.contains(airlock_sandbox::INIT_ID), "{said}");
+            assert!(!said.contains("missing spec"), "{said}");
+        }
+        let out = run(airlock_sandbox::INIT_ID);
+        assert_eq!(out.status.code(), Some(125));
+        let said = String::from_utf8_lossy(&out.stdout);
+        assert!(said.contains("missing spec descriptor"), "{init:?}: {said}");
+    }
+}
+
+/// The small init is chosen only when it is this build's and no one but
+/// the airlock binary's owner can change it or its directory; otherwise the
+/// running binary stays the init, and the choice says why.
+#[test]
+fn sbx_init_the_small_init_is_used_only_when_it_is_this_builds_and_only_its_owner_can_change_it() {
+    use airlock_sandbox::init_binary::{InitBinary, examine};
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = dir.path().join(airlock_sandbox::INIT_BINARY);
+    let owner = std::fs::metadata(dir.path()).unwrap().uid();
+    let mode =
+        |p: &Path, m: u32| std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).unwrap();
+    let refused = |why: &str| {
+        let got = examine(&path, owner);
+        assert!(
+            matches!(&got, InitBinary::Refused { reason, .. } if reason.contains(why)),
+            "{why}: {got:?}"
+        );
+        assert_eq!(got.path(), Path::new("/proc/self/exe"));
+    };
+    assert_eq!(examine(&path, owner), InitBinary::Absent);
+    std::fs::copy(env!("CARGO_BIN_EXE_airlock-sandbox-init"), &path).unwrap();
+    mode(&path, 0o755);
+    // Control: as built, it is used.
+    assert_eq!(examine(&path, owner), InitBinary::Small(path.clone()));
+    assert_eq!(examine(&path, owner).path(), path);
+    mode(&path, 0o775);
+    refused("it can be written by group or others");
+    mode(&path, 0o644);
+    refused("not an executable file");
+    mode(&path, 0o755);
+    mode(dir.path(), 0o777);
+    refused("its directory can be written by group or others");
+    mode(dir.path(), 0o755);
+    if is_root() {
+        // Owned by someone else than root and the running binary's owner.
+        std::os::unix::fs::chown(&path, Some(4242), None).unwrap();
+        refused("it belongs to uid 4242, not root or the running binary's owner");
+        // Control: to a binary owned by that uid, it is its owner's.
+        assert_eq!(examine(&path, 4242), InitBinary::Small(path.clone()));
+        std::os::unix::fs::chown(&path, Some(owner), None).unwrap();
+    }
+    // Another program in its place: it does not name this build.
+    std::fs::remove_file(&path).unwrap();
+    std::fs::copy("/bin/true", &path).unwrap();
+    mode(&path, 0o755);
+    refused("it is build \"\"");
+    // One that names this build but cannot make a user namespace (a host
+    // whose AppArmor grants them to the airlock binary only); control: the
+    // same answer with the namespace is taken.
+    std::fs::remove_file(&path).unwrap();
+    for (userns, used) in [("no-userns", false), ("userns", true)] {
+        let tmp = dir.path().join("script");
+        std::fs::write(
+            &tmp,
+            format!("#!/bin/sh\necho '{} {userns}'\n", airlock_sandbox::INIT_ID),
+        )
+        .unwrap();
+        mode(&tmp, 0o755);
+        std::fs::rename(&tmp, &path).unwrap();
+        if used {
+            assert_eq!(examine(&path, owner), InitBinary::Small(path.clone()));
+        } else {
+            refused("it cannot make a user namespace here");
+        }
+    }
+    // Control again: this build's init back in place is used.
+    std::fs::remove_file(&path).unwrap();
+    std::fs::copy(env!("CARGO_BIN_EXE_airlock-sandbox-init"), &path).unwrap();
+    mode(&path, 0o755);
+    assert_eq!(examine(&path, owner), InitBinary::Small(path.clone()));
+}
+
+/// The CLI starts the small init when it is beside the airlock binary, with
+/// every guarantee the airlock binary as init gives, and the airlock binary
+/// itself when the small one is absent or may be changed by others: PID 1
+/// of the sandbox (the init's second process) shows which one in its
+/// command line.
+#[test]
+fn sbx_init_the_cli_uses_the_small_init_beside_it_with_the_same_guarantees() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir_in(airlock_bin().parent().unwrap().parent().unwrap()).unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let bin = dir.path().join("airlock");
+    let init = dir.path().join(airlock_sandbox::INIT_BINARY);
+    let place = |from: &Path, to: &Path| {
+        if std::fs::hard_link(from, to).is_err() {
+            std::fs::copy(from, to).unwrap();
+        }
+    };
+    place(&airlock_bin(), &bin);
+    let launch = || {
+        let out = std::process::Command::new(&bin)
+            .args([
+                "sandbox",
+                "exec",
+                "--json",
+                "--",
+                "/bin/sh",
+                "-c",
+                "tr '\\0' ' ' < /proc/1/cmdline",
+            ])
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        let v: Value =
+            serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {out:?}"));
+        assert_eq!(v["exit_code"], 0, "{v}");
+        let pid1 = v["stdout"]
+            .as_str()
+            .unwrap()
+            .split(' ')
+            .next()
+            .unwrap()
+            .to_string();
+        (pid1, guarantees(&v["containment"]))
+    };
+    // Control: no small init beside it, so the airlock binary is the init.
+    let (pid1, without) = launch();
+    assert_eq!(pid1, "/proc/self/exe");
+    place(
+        &airlock_bin().with_file_name(airlock_sandbox::INIT_BINARY),
+        &init,
+    );
+    let (pid1, with) = launch();
+    assert_eq!(Path::new(&pid1), init, "{pid1}");
+    assert_eq!(with, without);
+    assert!(with.iter().filter(|(_, on)| *on).count() >= 5, "{with:?}");
+    // Writable by others: not used.
+    std::fs::set_permissions(&init, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let (pid1, _) = launch();
+    assert_eq!(pid1, "/proc/self/exe");
+    std::fs::set_permissions(&init, std::fs::Permissions::from_mode(0o755)).unwrap();
 }
 
 /// SBX-5: the sandbox init gets none of the broker's descriptors but the

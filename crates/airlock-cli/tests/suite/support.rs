@@ -89,18 +89,31 @@ pub fn airlock_bin() -> PathBuf {
     }
     let _ = std::fs::create_dir_all(&dir);
     let _ = std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755));
-    // Copy under a private name, then rename: concurrent test processes
-    // never see (or execute) a half-written binary.
-    let tmp = dir.join(format!("airlock.{}", std::process::id()));
-    if std::fs::copy(&src, &tmp).is_err() {
-        return src;
+    // The small sandbox init goes beside it first, as an install puts it
+    // (the copy of airlock is what says the directory is complete), so the
+    // CLI's launches start it (`airlock_sandbox::init_binary`).
+    let init = PathBuf::from(env!("CARGO_BIN_EXE_airlock-sandbox-init"));
+    let _ = copy_into_place(&init, &dir.join(airlock_sandbox::INIT_BINARY));
+    if copy_into_place(&src, &dst) {
+        dst
+    } else {
+        src
+    }
+}
+
+/// Copies under a private name, then renames: concurrent test processes
+/// never see (or execute) a half-written binary.
+fn copy_into_place(src: &Path, dst: &Path) -> bool {
+    let tmp = dst.with_extension(std::process::id().to_string());
+    if std::fs::copy(src, &tmp).is_err() {
+        return false;
     }
     let _ = std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o755));
-    if std::fs::rename(&tmp, &dst).is_err() {
+    if std::fs::rename(&tmp, dst).is_err() {
         let _ = std::fs::remove_file(&tmp);
-        return src;
+        return false;
     }
-    dst
+    true
 }
 
 /// A command that runs `program` as `who`.

@@ -1,0 +1,160 @@
+//! The small sandbox init: `airlock-sandbox-init`, beside the running binary.
+//!
+//! Every cold launch and every pooled sandbox built starts the sandbox init with `exec`. The
+//! airlock binary is about 32 MB with 28,000 relocations to apply at start; a binary holding
+//! only this crate's init starts in about half the time (BENCHMARKS, "A small init binary"). A
+//! broker made with [`crate::Broker::new`] uses it when all of these hold:
+//! - it is a regular, executable file in the running binary's directory;
+//! - neither it nor that directory can be written by group or others, and both belong to root or
+//!   to the running binary's owner: only who could replace the airlock binary can replace it;
+//! - asked with [`crate::INIT_ID_ARG`], it names this build ([`crate::INIT_ID`]) and says it can
+//!   make a user namespace. Hosts that restrict user namespaces (Ubuntu's AppArmor) grant them
+//!   per binary path: an init refused one where the airlock binary may have been granted it would
+//!   lower the containment level, so it is not used.
+//!
+//! Otherwise the broker re-executes the running binary (`/proc/self/exe`), as before, and
+//! [`chosen`] says why. An init replaced after the choice is caught at each start: the broker
+//! passes [`crate::INIT_ID`], and an init of another build reports a set-up failure and runs
+//! nothing.
+
+use std::io::Read;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// Which binary a broker starts as the sandbox init.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum InitBinary {
+    /// The small init at this path.
+    Small(PathBuf),
+    /// No small init beside the running binary: the running binary is the init.
+    Absent,
+    /// There is one and it is not used, for this reason: the running binary is the init.
+    Refused { path: PathBuf, reason: String },
+}
+
+impl InitBinary {
+    /// The path the broker executes.
+    pub fn path(&self) -> PathBuf {
+        match self {
+            InitBinary::Small(p) => p.clone(),
+            _ => PathBuf::from("/proc/self/exe"),
+        }
+    }
+
+    /// One line for `airlock doctor` and logs.
+    pub fn describe(&self) -> String {
+        match self {
+            InitBinary::Small(p) => format!("{} (this build's small init)", p.display()),
+            InitBinary::Absent => {
+                format!("the running binary (no {} beside it)", crate::INIT_BINARY)
+            }
+            InitBinary::Refused { path, reason } => {
+                format!("the running binary ({} not used: {reason})", path.display())
+            }
+        }
+    }
+}
+
+/// The choice for this process, made once.
+pub fn chosen() -> &'static InitBinary {
+    static CHOSEN: OnceLock<InitBinary> = OnceLock::new();
+    CHOSEN.get_or_init(|| {
+        let own = std::fs::metadata("/proc/self/exe").map(|m| m.uid());
+        match (std::env::current_exe(), own) {
+            (Ok(me), Ok(owner)) => match me.parent() {
+                Some(dir) => examine(&dir.join(crate::INIT_BINARY), owner),
+                None => InitBinary::Absent,
+            },
+            _ => InitBinary::Absent,
+        }
+    })
+}
+
+/// Whether the file at `path` may be the sandbox init of a binary owned by `owner`.
+pub fn examine(path: &Path, owner: u32) -> InitBinary {
+    let refuse = |reason: String| InitBinary::Refused {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let meta = match std::fs::metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return InitBinary::Absent,
+        Err(e) => return refuse(format!("cannot read it: {e}")),
+    };
+    if !meta.is_file() || meta.mode() & 0o111 == 0 {
+        return refuse("not an executable file".into());
+    }
+    let Some(dir) = path.parent() else {
+        return refuse("it has no directory".into());
+    };
+    let dir_meta = match std::fs::metadata(dir) {
+        Ok(m) => m,
+        Err(e) => return refuse(format!("cannot read its directory: {e}")),
+    };
+    for (what, m) in [("it", &meta), ("its directory", &dir_meta)] {
+        if m.mode() & 0o022 != 0 {
+            return refuse(format!("{what} can be written by group or others"));
+        }
+        if m.uid() != 0 && m.uid() != owner {
+            return refuse(format!(
+                "{what} belongs to uid {}, not root or the running binary's owner",
+                m.uid()
+            ));
+        }
+    }
+    let answer = match build_of(path) {
+        Ok(a) => a,
+        Err(e) => return refuse(format!("asking its build failed: {e}")),
+    };
+    let (id, userns) = answer.split_once(' ').unwrap_or((&answer, ""));
+    if id != crate::INIT_ID {
+        return refuse(format!(
+            "it is build {id:?}, this binary is {:?}",
+            crate::INIT_ID
+        ));
+    }
+    if userns != "userns" {
+        return refuse(
+            "it cannot make a user namespace here (on hosts that restrict them, give it an AppArmor profile like airlock's)".into(),
+        );
+    }
+    InitBinary::Small(path.to_path_buf())
+}
+
+/// Runs the binary with [`crate::INIT_ID_ARG`] and returns what it prints (at most 256 bytes,
+/// within two seconds).
+fn build_of(path: &Path) -> std::io::Result<String> {
+    let mut child = Command::new(path)
+        .arg(crate::INIT_ID_ARG)
+        .env_clear()
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()?;
+    let deadline = Instant::now() + Duration::from_secs(2);
+    let status = loop {
+        if let Some(s) = child.try_wait()? {
+            break s;
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "no answer within 2 s",
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    };
+    if !status.success() {
+        return Err(std::io::Error::other(format!("it exited with {status}")));
+    }
+    let mut out = String::new();
+    if let Some(stdout) = child.stdout.take() {
+        stdout.take(256).read_to_string(&mut out)?;
+    }
+    Ok(out.trim().to_string())
+}
