@@ -140,8 +140,10 @@ pub fn main_if_requested() {
         } else {
             "no-userns"
         };
-        println!("{} {userns}", crate::INIT_ID);
-        std::process::exit(0);
+        // The answer is this process's protocol with the asking broker, on stdout.
+        let answer = format!("{} {userns}\n", crate::INIT_ID);
+        let code = i32::from(std::io::stdout().write_all(answer.as_bytes()).is_err());
+        std::process::exit(code);
     }
     if first.as_deref() != Some(std::ffi::OsStr::new(crate::INIT_ARG)) {
         return;
