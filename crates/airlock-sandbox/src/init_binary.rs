@@ -4,7 +4,7 @@
 //! airlock binary is about 32 MB with 28,000 relocations to apply at start; a binary holding
 //! only this crate's init starts in about half the time (BENCHMARKS, "A small init binary"). A
 //! broker made with [`crate::Broker::new`] uses it when all of these hold:
-//! - it is a regular, executable file in the running binary's directory;
+//! - it is a regular, executable file (not a symbolic link) in the running binary's directory;
 //! - neither it nor that directory can be written by group or others, and both belong to root or
 //!   to the running binary's owner: only who could replace the airlock binary can replace it;
 //! - asked with [`crate::INIT_ID_ARG`], it names this build ([`crate::INIT_ID`]) and says it can
@@ -79,11 +79,15 @@ pub fn examine(path: &Path, owner: u32) -> InitBinary {
         path: path.to_path_buf(),
         reason,
     };
-    let meta = match std::fs::metadata(path) {
+    // Not followed: a link's target lives in a directory this check does not look at.
+    let meta = match std::fs::symlink_metadata(path) {
         Ok(m) => m,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return InitBinary::Absent,
         Err(e) => return refuse(format!("cannot read it: {e}")),
     };
+    if meta.file_type().is_symlink() {
+        return refuse("it is a symbolic link".into());
+    }
     if !meta.is_file() || meta.mode() & 0o111 == 0 {
         return refuse("not an executable file".into());
     }

@@ -958,6 +958,12 @@ fn sbx_init_the_small_init_is_used_only_when_it_is_this_builds_and_only_its_owne
     mode(&path, 0o644);
     refused("not an executable file");
     mode(&path, 0o755);
+    let link = dir.path().join("elsewhere");
+    std::fs::rename(&path, &link).unwrap();
+    std::os::unix::fs::symlink(&link, &path).unwrap();
+    refused("it is a symbolic link");
+    std::fs::remove_file(&path).unwrap();
+    std::fs::rename(&link, &path).unwrap();
     mode(dir.path(), 0o777);
     refused("its directory can be written by group or others");
     mode(dir.path(), 0o755);
