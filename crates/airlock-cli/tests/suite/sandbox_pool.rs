@@ -999,6 +999,18 @@ fn sbx_init_the_small_init_is_used_only_when_it_is_this_builds_and_only_its_owne
             refused("it cannot make a user namespace here");
         }
     }
+    // One that closes its stdout and stays, and one that never answers:
+    // refused, the second after the two seconds it is given.
+    for (script, why) in [
+        ("exec >&-; exec sleep 30", "it is build \"\""),
+        ("exec sleep 30", "no answer within 2 s"),
+    ] {
+        let tmp = dir.path().join("script");
+        std::fs::write(&tmp, format!("#!/bin/sh\n{script}\n")).unwrap();
+        mode(&tmp, 0o755);
+        std::fs::rename(&tmp, &path).unwrap();
+        refused(why);
+    }
     // Control again: this build's init back in place is used.
     std::fs::remove_file(&path).unwrap();
     std::fs::copy(env!("CARGO_BIN_EXE_airlock-sandbox-init"), &path).unwrap();
