@@ -7,10 +7,11 @@
 //! - it is a regular, executable file (not a symbolic link) in the running binary's directory;
 //! - neither it nor that directory can be written by group or others, and both belong to root or
 //!   to the running binary's owner: only who could replace the airlock binary can replace it;
-//! - asked with [`crate::INIT_ID_ARG`], it names this build ([`crate::INIT_ID`]) and says it can
-//!   make a user namespace. Hosts that restrict user namespaces (Ubuntu's AppArmor) grant them
-//!   per binary path: an init refused one where the airlock binary may have been granted it would
-//!   lower the containment level, so it is not used.
+//! - it holds this build's id ([`crate::INIT_ID`]) in its bytes;
+//! - where user namespaces are granted per binary path (Ubuntu's AppArmor restriction, for a
+//!   broker that is not root), asked with [`crate::INIT_ID_ARG`], it names this build and says
+//!   it can make one: an init refused one where the airlock binary was granted it would lower
+//!   the containment level, so it is not used.
 //!
 //! Otherwise the broker re-executes the running binary (`/proc/self/exe`), as before, and
 //! [`chosen`] says why. An init replaced after the choice is caught at each start: the broker
@@ -73,8 +74,28 @@ pub fn chosen() -> &'static InitBinary {
     })
 }
 
-/// Whether the file at `path` may be the sandbox init of a binary owned by `owner`.
+/// Whether the file at `path` may be the sandbox init of a binary owned by `owner`, asking it
+/// about user namespaces only where the host grants them per binary.
 pub fn examine(path: &Path, owner: u32) -> InitBinary {
+    examine_with(path, owner, userns_granted_per_binary())
+}
+
+/// Ubuntu's AppArmor grants unprivileged user namespaces per binary path; root needs no grant.
+fn userns_granted_per_binary() -> bool {
+    let restricted =
+        std::fs::read_to_string("/proc/sys/kernel/apparmor_restrict_unprivileged_userns")
+            .is_ok_and(|v| v.trim() == "1");
+    restricted && !nix::unistd::geteuid().is_root()
+}
+
+/// The largest file taken for a small init (the release init is about 1 MB; the airlock binary,
+/// 32 MB, would be read whole at every start for nothing).
+const MAX_SIZE: u64 = 16 << 20;
+
+/// [`examine`], with `ask`: run the candidate to ask whether it can make a user namespace here.
+/// Otherwise nothing is executed: this build's id is looked for in its bytes. Asking costs an
+/// exec (about 1.1 ms), which a one-shot `airlock sandbox exec` would pay for a 0.6 ms gain.
+pub fn examine_with(path: &Path, owner: u32, ask: bool) -> InitBinary {
     let refuse = |reason: String| InitBinary::Refused {
         path: path.to_path_buf(),
         reason,
@@ -108,6 +129,24 @@ pub fn examine(path: &Path, owner: u32) -> InitBinary {
                 m.uid()
             ));
         }
+    }
+    if meta.len() > MAX_SIZE {
+        return refuse(format!("it is larger than {} MiB", MAX_SIZE >> 20));
+    }
+    // The id is in the init's read-only data (it names it in its answers); another build's init
+    // holds another id.
+    match std::fs::read(path) {
+        Ok(bytes) if memchr::memmem::find(&bytes, crate::INIT_ID.as_bytes()).is_some() => {}
+        Ok(_) => {
+            return refuse(format!(
+                "it does not hold this build's id {:?}",
+                crate::INIT_ID
+            ));
+        }
+        Err(e) => return refuse(format!("cannot read it: {e}")),
+    }
+    if !ask {
+        return InitBinary::Small(path.to_path_buf());
     }
     let answer = match build_of(path) {
         Ok(a) => a,

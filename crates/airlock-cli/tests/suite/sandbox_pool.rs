@@ -931,7 +931,7 @@ fn sbx_init_an_init_of_another_build_runs_nothing() {
 /// running binary stays the init, and the choice says why.
 #[test]
 fn sbx_init_the_small_init_is_used_only_when_it_is_this_builds_and_only_its_owner_can_change_it() {
-    use airlock_sandbox::init_binary::{InitBinary, examine};
+    use airlock_sandbox::init_binary::{InitBinary, examine, examine_with};
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
     let dir = tempfile::tempdir().unwrap();
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
@@ -939,19 +939,26 @@ fn sbx_init_the_small_init_is_used_only_when_it_is_this_builds_and_only_its_owne
     let owner = std::fs::metadata(dir.path()).unwrap().uid();
     let mode =
         |p: &Path, m: u32| std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).unwrap();
-    let refused = |why: &str| {
-        let got = examine(&path, owner);
+    // `ask`: also run it to ask about user namespaces, as a broker does
+    // where they are granted per binary (not on this host, perhaps).
+    let refused_when = |ask: bool, why: &str| {
+        let got = examine_with(&path, owner, ask);
         assert!(
             matches!(&got, InitBinary::Refused { reason, .. } if reason.contains(why)),
             "{why}: {got:?}"
         );
         assert_eq!(got.path(), Path::new("/proc/self/exe"));
     };
+    let refused = |why: &str| refused_when(false, why);
     assert_eq!(examine(&path, owner), InitBinary::Absent);
     std::fs::copy(env!("CARGO_BIN_EXE_airlock-sandbox-init"), &path).unwrap();
     mode(&path, 0o755);
-    // Control: as built, it is used.
+    // Control: as built, it is used, asked or not.
     assert_eq!(examine(&path, owner), InitBinary::Small(path.clone()));
+    assert_eq!(
+        examine_with(&path, owner, true),
+        InitBinary::Small(path.clone())
+    );
     assert_eq!(examine(&path, owner).path(), path);
     mode(&path, 0o775);
     refused("it can be written by group or others");
@@ -975,11 +982,14 @@ fn sbx_init_the_small_init_is_used_only_when_it_is_this_builds_and_only_its_owne
         assert_eq!(examine(&path, 4242), InitBinary::Small(path.clone()));
         std::os::unix::fs::chown(&path, Some(owner), None).unwrap();
     }
-    // Another program in its place: it does not name this build.
+    // Another program in its place: it does not hold this build's id,
+    // and asked, it does not name it.
     std::fs::remove_file(&path).unwrap();
     std::fs::copy("/bin/true", &path).unwrap();
     mode(&path, 0o755);
-    refused("it is build \"\"");
+    refused("it does not hold this build's id");
+    let size = std::fs::metadata(&path).unwrap().len();
+    assert!(size < 16 << 20, "{size}");
     // One that names this build but cannot make a user namespace (a host
     // whose AppArmor grants them to the airlock binary only); control: the
     // same answer with the namespace is taken.
@@ -994,9 +1004,17 @@ fn sbx_init_the_small_init_is_used_only_when_it_is_this_builds_and_only_its_owne
         mode(&tmp, 0o755);
         std::fs::rename(&tmp, &path).unwrap();
         if used {
-            assert_eq!(examine(&path, owner), InitBinary::Small(path.clone()));
+            assert_eq!(
+                examine_with(&path, owner, true),
+                InitBinary::Small(path.clone())
+            );
         } else {
-            refused("it cannot make a user namespace here");
+            refused_when(true, "it cannot make a user namespace here");
+            // Not asked, only its bytes count: they hold the id.
+            assert_eq!(
+                examine_with(&path, owner, false),
+                InitBinary::Small(path.clone())
+            );
         }
     }
     // One that closes its stdout and stays, and one that never answers:
@@ -1006,11 +1024,22 @@ fn sbx_init_the_small_init_is_used_only_when_it_is_this_builds_and_only_its_owne
         ("exec sleep 30", "no answer within 2 s"),
     ] {
         let tmp = dir.path().join("script");
-        std::fs::write(&tmp, format!("#!/bin/sh\n{script}\n")).unwrap();
+        std::fs::write(
+            &tmp,
+            format!("#!/bin/sh\n# {}\n{script}\n", airlock_sandbox::INIT_ID),
+        )
+        .unwrap();
         mode(&tmp, 0o755);
         std::fs::rename(&tmp, &path).unwrap();
-        refused(why);
+        refused_when(true, why);
     }
+    // Larger than a small init: not read.
+    std::fs::remove_file(&path).unwrap();
+    let big = std::fs::File::create(&path).unwrap();
+    big.set_len((16 << 20) + 1).unwrap();
+    drop(big);
+    mode(&path, 0o755);
+    refused("it is larger than 16 MiB");
     // Control again: this build's init back in place is used.
     std::fs::remove_file(&path).unwrap();
     std::fs::copy(env!("CARGO_BIN_EXE_airlock-sandbox-init"), &path).unwrap();
