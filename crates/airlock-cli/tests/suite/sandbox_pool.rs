@@ -994,15 +994,16 @@ fn sbx_init_the_small_init_is_used_only_when_it_is_this_builds_and_only_its_owne
     // whose AppArmor grants them to the airlock binary only); control: the
     // same answer with the namespace is taken.
     std::fs::remove_file(&path).unwrap();
-    for (userns, used) in [("no-userns", false), ("userns", true)] {
+    // A shell script in its place, holding the id (in a comment at least).
+    let script = |body: &str| {
         let tmp = dir.path().join("script");
-        std::fs::write(
-            &tmp,
-            format!("#!/bin/sh\necho '{} {userns}'\n", airlock_sandbox::INIT_ID),
-        )
-        .unwrap();
+        let text = format!("#!/bin/sh\n# {}\n{body}\n", airlock_sandbox::INIT_ID);
+        std::fs::write(&tmp, text).unwrap();
         mode(&tmp, 0o755);
         std::fs::rename(&tmp, &path).unwrap();
+    };
+    for (userns, used) in [("no-userns", false), ("userns", true)] {
+        script(&format!("echo '{} {userns}'", airlock_sandbox::INIT_ID));
         if used {
             assert_eq!(
                 examine_with(&path, owner, true),
@@ -1019,18 +1020,11 @@ fn sbx_init_the_small_init_is_used_only_when_it_is_this_builds_and_only_its_owne
     }
     // One that closes its stdout and stays, and one that never answers:
     // refused, the second after the two seconds it is given.
-    for (script, why) in [
+    for (body, why) in [
         ("exec >&-; exec sleep 30", "it is build \"\""),
         ("exec sleep 30", "no answer within 2 s"),
     ] {
-        let tmp = dir.path().join("script");
-        std::fs::write(
-            &tmp,
-            format!("#!/bin/sh\n# {}\n{script}\n", airlock_sandbox::INIT_ID),
-        )
-        .unwrap();
-        mode(&tmp, 0o755);
-        std::fs::rename(&tmp, &path).unwrap();
+        script(body);
         refused_when(true, why);
     }
     // Larger than a small init: not read.
