@@ -974,12 +974,24 @@ fn sbx_init_the_small_init_is_used_only_when_it_is_this_builds_and_only_its_owne
     mode(dir.path(), 0o777);
     refused("its directory can be written by group or others");
     mode(dir.path(), 0o755);
-    if is_root() {
-        // Owned by someone else than root and the running binary's owner.
+    // Owned by someone else than root and the running binary's owner. As
+    // root the file is given to uid 4242; otherwise it is the test user's,
+    // and the running binary is said to be 4242's.
+    let (file_uid, binary_owner) = if is_root() {
         std::os::unix::fs::chown(&path, Some(4242), None).unwrap();
-        refused("it belongs to uid 4242, not root or the running binary's owner");
-        // Control: to a binary owned by that uid, it is its owner's.
-        assert_eq!(examine(&path, 4242), InitBinary::Small(path.clone()));
+        (4242, owner)
+    } else {
+        (owner, 4242)
+    };
+    let got = examine(&path, binary_owner);
+    let why = format!("it belongs to uid {file_uid}, not root or the running binary's owner");
+    assert!(
+        matches!(&got, InitBinary::Refused { reason, .. } if *reason == why),
+        "{got:?}"
+    );
+    // Control: to a binary of the file's owner, it is that owner's.
+    assert_eq!(examine(&path, file_uid), InitBinary::Small(path.clone()));
+    if is_root() {
         std::os::unix::fs::chown(&path, Some(owner), None).unwrap();
     }
     // Another program in its place: it does not hold this build's id,
