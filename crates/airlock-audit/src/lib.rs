@@ -63,8 +63,9 @@ pub mod jcs;
 pub mod line;
 
 pub use chain::{
-    Actor, AuditEvent, ChainError, ChainedEvent, GENESIS, PreparedLine, Verifier, VerifySummary,
-    append, event_bytes, link_hash, prepare_lines, verify, verify_against,
+    Actor, AuditEvent, ChainError, ChainedEvent, GENESIS, InRuns, PreparedLine, Verifier,
+    VerifySummary, append, event_bytes, link_hash, map_in_runs, prepare_lines, verify,
+    verify_against,
 };
 pub use checkpoint::{Checkpoint, CheckpointError, CheckpointFile, SignedCheckpoint};
 pub use export::{ExportError, from_json_line, to_json_line};

@@ -3,13 +3,13 @@
 //! over every workspace of a database ([`AuditLog`], which needs neither
 //! the key directory nor the workers: an auditor can verify a copy).
 
-use airlock_audit::{Verifier, VerifySummary, prepare_lines};
+use airlock_audit::{PreparedLine, Verifier, VerifySummary, map_in_runs};
 use airlock_iam::Permission;
 use airlock_protocol::Error;
 use airlock_protocol::audit::{
     AuditPage, AuditVerification, CheckpointMade, ListAudit, MAX_AUDIT_SCAN,
 };
-use airlock_store::{AuditRecord, Store};
+use airlock_store::{AuditRecord, AuditRowRef, Store};
 
 use crate::caller::Caller;
 use crate::checkpoints::{Checkpoints, checkpoint_all, verify_with_checkpoints};
@@ -70,21 +70,29 @@ pub(crate) async fn verify_rows(
     after: i64,
 ) -> Result<std::result::Result<VerifySummary, u64>> {
     // The next pages are read (on the store's reading thread) while this
-    // one is checked. Within a page, the lines are read and hashed on
-    // every core (`prepare_lines`: each line's hash depends only on its
-    // own bytes), then the sequence, links and key columns are checked in
-    // order, exactly as one line at a time.
+    // one is checked. Within a page, the lines are read and hashed, and the
+    // rows' hash columns decoded, on every core (`map_in_runs`: a line's
+    // hash depends only on its own bytes); then the sequence, links and key
+    // columns are checked in order, exactly as one line at a time.
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     let mut pages = store.audit_pages(workspace, after, page).await.svc()?;
     while let Some(rows) = pages.next().await.svc()? {
-        let lines: Vec<&str> = rows.rows().map(|r| r.line).collect();
-        let prepared = prepare_lines(&lines, threads);
-        for (row, line) in rows.rows().zip(&prepared) {
+        let rows: Vec<AuditRowRef<'_>> = rows.rows().collect();
+        let prepared = map_in_runs(&rows, threads, |row| {
+            (
+                PreparedLine::prepare(row.line),
+                airlock_audit::hex::decode_hash(row.hash),
+            )
+        });
+        if prepared.len() != rows.len() {
+            return Err(Error::internal("audit verification lost a row"));
+        }
+        for (row, (line, column_hash)) in rows.iter().zip(&prepared) {
             match v.push_prepared(line) {
                 Err(e) => return Ok(Err(e.first_bad_seq())),
                 Ok(Some((seq, hash))) => {
-                    let columns_agree = i64::try_from(seq) == Ok(row.seq)
-                        && airlock_audit::hex::decode_hash(row.hash) == Ok(hash);
+                    let columns_agree =
+                        i64::try_from(seq) == Ok(row.seq) && *column_hash == Ok(hash);
                     if !columns_agree {
                         return Ok(Err(seq));
                     }

@@ -9,7 +9,7 @@ use std::process::Command;
 use airlock_audit::jcs::canonicalize;
 use airlock_audit::{
     ChainError, ChainedEvent, GENESIS, LineView, Verifier, VerifySummary, from_json_line, hex,
-    link_hash, prepare_lines, to_json_line,
+    link_hash, map_in_runs, prepare_lines, to_json_line,
 };
 use proptest::prelude::*;
 use serde_json::{Value, json};
@@ -248,6 +248,33 @@ fn aud_4_lines_prepared_in_runs_by_whichever_thread_is_free_keep_chain_order() {
                 Err(ChainError::Edited { seq: first }),
                 "{bad:?} on {threads} threads"
             );
+        }
+    }
+}
+
+/// `map_in_runs`, which prepares a page's lines and decodes its hash columns on every core:
+/// each item is mapped exactly once and the results come back in the items' order, for
+/// lengths around the run sizes and any number of threads.
+#[test]
+fn aud_4_map_in_runs_maps_each_item_once_in_order() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    for n in [0usize, 1, 2, 7, 63, 64, 65, 255, 256, 257, 1000, 4096] {
+        let items: Vec<usize> = (0..n).collect();
+        for threads in [1, 2, 3, 8, 64] {
+            let calls = AtomicUsize::new(0);
+            let got = map_in_runs(&items, threads, |i| {
+                calls.fetch_add(1, Ordering::Relaxed);
+                i * 3
+            });
+            assert_eq!(got.len(), n);
+            assert_eq!(got.is_empty(), n == 0);
+            let got: Vec<usize> = got.iter().copied().collect();
+            assert_eq!(
+                got,
+                items.iter().map(|i| i * 3).collect::<Vec<_>>(),
+                "{n} on {threads}"
+            );
+            assert_eq!(calls.load(Ordering::Relaxed), n, "{n} on {threads}");
         }
     }
 }

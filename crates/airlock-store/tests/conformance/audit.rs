@@ -247,6 +247,49 @@ async fn aud_4_audit_pages_read_ahead_are_the_rows_page_after_page(store: Store)
 }
 both!(aud_4_audit_pages_read_ahead_are_the_rows_page_after_page);
 
+/// A long chain read ahead: the first page is small and each page after
+/// it twice the one before, up to the caller's limit, and every row comes
+/// once, in order, whatever the limit (a limit below the first page's
+/// size, one between two steps, and one above the chain's length).
+async fn aud_4_audit_pages_start_small_and_grow_to_the_limit(store: Store) {
+    const N: i64 = 1300;
+    sqlx::query(
+        "INSERT INTO audit_events (workspace_id, seq, line, hash) \
+         WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 1300) \
+         SELECT 'ws_long', i, 'line ' || CAST(i AS TEXT), 'ab' FROM n",
+    )
+    .execute(store.pool())
+    .await
+    .unwrap();
+    for (limit, sizes) in [
+        // 13 full pages, then an empty one.
+        (100, [vec![100; 13], vec![0]].concat()),
+        (300, vec![256, 300, 300, 300, 144]),
+        (4096, vec![256, 512, 532]),
+    ] {
+        let mut pages = store.audit_pages("ws_long", 0, limit).await.unwrap();
+        let (mut got_sizes, mut seqs) = (Vec::new(), Vec::new());
+        while let Some(page) = pages.next().await.unwrap() {
+            got_sizes.push(page.len());
+            for r in page.rows() {
+                assert_eq!(r.line, format!("line {}", r.seq));
+                seqs.push(r.seq);
+            }
+        }
+        assert_eq!(got_sizes, sizes, "limit {limit}");
+        assert_eq!(seqs, (1..=N).collect::<Vec<_>>(), "limit {limit}");
+    }
+    // Control: the sizes seen are the reader's, not the chain's; a chain
+    // that ends on a full page is followed by an empty one.
+    let mut pages = store.audit_pages("ws_long", N - 768, 4096).await.unwrap();
+    let mut sizes = Vec::new();
+    while let Some(page) = pages.next().await.unwrap() {
+        sizes.push(page.len());
+    }
+    assert_eq!(sizes, [256, 512, 0]);
+}
+both!(aud_4_audit_pages_start_small_and_grow_to_the_limit);
+
 /// The workspaces with audit events, found one index seek at a time: each
 /// once, sorted, ids that are prefixes of others included, and none
 /// without events.
