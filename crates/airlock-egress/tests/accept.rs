@@ -7,10 +7,16 @@
 //! `/proc/self/fd` before the proxy takes the listener, and every descriptor of this process is
 //! then looked up for a link to that inode. The accepting thread owns that descriptor, so each
 //! test first finds it (the positive control of the lookup).
+//!
+//! How "refused" is observed: each listener is bound to a loopback address of its own
+//! (`127.A.B.C`, from this process's id and a counter), not to 127.0.0.1. A port freed by a
+//! stopped listener may be handed to another process on the machine at once, but that
+//! process binds its own address (127.0.0.1, say), so a connection to this listener's address
+//! and port is still refused; only a socket bound to every address (0.0.0.0) could answer it.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::io::{ErrorKind, Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::time::Duration;
@@ -50,15 +56,23 @@ fn descriptors_of(link: &str) -> usize {
         .count()
 }
 
-/// Serves a new listener; returns it with its port and its socket's link.
-fn serve(e: &Egress, name: &str) -> (SandboxEgress, u16, String) {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = l.local_addr().unwrap().port();
+/// A loopback address no other listener of this machine is likely to use: 127.A.B.C with A
+/// and B from this process's id (A never 0, so never 127.0.0.x) and C a counter.
+fn own_loopback() -> Ipv4Addr {
+    use std::sync::atomic::{AtomicU8, Ordering};
+    static NEXT: AtomicU8 = AtomicU8::new(1);
+    let pid = std::process::id();
+    let c = NEXT.fetch_add(1, Ordering::Relaxed).max(1);
+    Ipv4Addr::new(127, 1 + ((pid >> 8) % 254) as u8, pid as u8, c)
+}
+
+/// Serves a new listener; returns it with its address and its socket's link.
+fn serve(e: &Egress, name: &str) -> (SandboxEgress, SocketAddr, String) {
+    let l = TcpListener::bind((own_loopback(), 0)).unwrap();
+    let addr = l.local_addr().unwrap();
     let link = socket_link(l.as_raw_fd());
-    let s = e
-        .serve_sandbox(l, name, None, &format!("127.0.0.1:{port}"))
-        .unwrap();
-    (s, port, link)
+    let s = e.serve_sandbox(l, name, None, &addr.to_string()).unwrap();
+    (s, addr, link)
 }
 
 /// The status code of the answer to [`DENIED_GET`] on `s` (0 if it closed without one).
@@ -74,9 +88,9 @@ fn ask(s: &mut TcpStream) -> u16 {
         .unwrap_or(0)
 }
 
-fn refused(port: u16) -> bool {
+fn refused(addr: SocketAddr) -> bool {
     matches!(
-        TcpStream::connect(("127.0.0.1", port)),
+        TcpStream::connect(addr),
         Err(e) if e.kind() == ErrorKind::ConnectionRefused
     )
 }
@@ -84,15 +98,15 @@ fn refused(port: u16) -> bool {
 #[test]
 fn shutdown_closes_the_listener_and_serves_what_it_accepted() {
     let e = egress();
-    let (served, port, link) = serve(&e, "a");
+    let (served, addr, link) = serve(&e, "a");
     // Controls: the listener is served, and the lookup finds its descriptor.
-    let mut kept = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let mut kept = TcpStream::connect(addr).unwrap();
     assert_eq!(ask(&mut kept), 403);
     assert_eq!(descriptors_of(&link), 1, "the accepting thread's");
-    assert!(!refused(port));
+    assert!(!refused(addr));
 
     served.shutdown();
-    assert!(refused(port), "a connection after the shutdown is refused");
+    assert!(refused(addr), "a connection after the shutdown is refused");
     assert_eq!(descriptors_of(&link), 0, "the listening socket is closed");
     // A connection accepted before the stop is still served (keep-alive).
     assert_eq!(ask(&mut kept), 403);
@@ -101,21 +115,21 @@ fn shutdown_closes_the_listener_and_serves_what_it_accepted() {
 #[test]
 fn dropping_the_proxy_ends_every_accepting_thread() {
     let e = egress();
-    let (stopped, port_a, link_a) = serve(&e, "a");
-    let (_running, port_b, link_b) = serve(&e, "b");
-    let (_also_running, port_c, link_c) = serve(&e, "c");
+    let (stopped, addr_a, link_a) = serve(&e, "a");
+    let (_running, addr_b, link_b) = serve(&e, "b");
+    let (_also_running, addr_c, link_c) = serve(&e, "c");
     stopped.shutdown();
     // Controls: the listeners not shut down are served, and their descriptors are found.
-    for port in [port_b, port_c] {
-        let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    for addr in [addr_b, addr_c] {
+        let mut s = TcpStream::connect(addr).unwrap();
         assert_eq!(ask(&mut s), 403);
     }
     assert_eq!(descriptors_of(&link_b), 1);
     assert_eq!(descriptors_of(&link_c), 1);
 
     drop(e);
-    for (port, link) in [(port_a, &link_a), (port_b, &link_b), (port_c, &link_c)] {
-        assert!(refused(port), "port {port} still accepts");
+    for (addr, link) in [(addr_a, &link_a), (addr_b, &link_b), (addr_c, &link_c)] {
+        assert!(refused(addr), "{addr} still accepts");
         assert_eq!(descriptors_of(link), 0, "{link} is still open");
     }
 }
@@ -124,10 +138,10 @@ fn dropping_the_proxy_ends_every_accepting_thread() {
 fn a_proxy_serves_new_listeners_after_others_were_shut_down() {
     let e = egress();
     for round in 0..20 {
-        let (served, port, _) = serve(&e, &format!("s{round}"));
-        let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        let (served, addr, _) = serve(&e, &format!("s{round}"));
+        let mut s = TcpStream::connect(addr).unwrap();
         assert_eq!(ask(&mut s), 403, "round {round}");
         served.shutdown();
-        assert!(refused(port), "round {round}");
+        assert!(refused(addr), "round {round}");
     }
 }
