@@ -59,8 +59,9 @@ async fn verify_stored_in_pages(
     ))
 }
 
-/// Pushes the rows of `workspace` after `after` through `v`, a page of
-/// `page` rows at a time, checking the key columns (see
+/// Pushes the rows of `workspace` after `after` through `v`, in pages of
+/// up to `page` rows (the first ones smaller: `Store::audit_pages`),
+/// checking the key columns (see
 /// [`verify_stored_in_pages`]): the summary, or the first bad sequence.
 pub(crate) async fn verify_rows(
     store: &Store,
@@ -424,6 +425,63 @@ mod tests {
             }
             let v = verify(&store, 2).await;
             assert_eq!((v.ok, v.first_bad_seq), (false, Some(bad)), "{name}: {v:?}");
+        }
+    }
+
+    /// `audit verify`'s pages grow 256, 512, … rows, so its page breaks fall
+    /// after rows 256 and 768 of a chain: a row edited, or whose hash column
+    /// was changed, on either side of a break is named; and so is a second
+    /// row with the `seq` a page ended with, in a table rebuilt without its
+    /// primary key (a page that started after that `seq` would never read
+    /// it).
+    #[tokio::test]
+    async fn aud_4_rows_at_the_page_breaks_are_checked_like_any_other() {
+        let (store, _dir) = tampered_store(800).await;
+        let ok = verify(&store, VERIFY_PAGE).await;
+        assert!(ok.ok && ok.events == Some(800), "control: {ok:?}");
+        for seq in [255, 256, 257, 767, 768, 769, 800] {
+            for (tamper, undo) in [
+                (
+                    "UPDATE audit_events SET line = replace(line, '\"i\":', '\"j\":') WHERE seq = ",
+                    "UPDATE audit_events SET line = replace(line, '\"j\":', '\"i\":') WHERE seq = ",
+                ),
+                (
+                    "UPDATE audit_events SET hash = upper(hash) WHERE seq = ",
+                    "UPDATE audit_events SET hash = lower(hash) WHERE seq = ",
+                ),
+            ] {
+                exec(&store, &format!("{tamper}{seq}")).await;
+                let v = verify(&store, VERIFY_PAGE).await;
+                assert_eq!((v.ok, v.first_bad_seq), (false, Some(seq)), "{tamper}{seq}");
+                exec(&store, &format!("{undo}{seq}")).await;
+                assert_eq!(verify(&store, VERIFY_PAGE).await, ok, "{undo}{seq}");
+            }
+        }
+        // The table rebuilt without its primary key (control: it still
+        // verifies), then a copy of one row added under the same `seq`.
+        for sql in [
+            "CREATE TABLE audit_copy AS SELECT * FROM audit_events",
+            "DROP TABLE audit_events",
+            "ALTER TABLE audit_copy RENAME TO audit_events",
+            "CREATE INDEX audit_events_by_seq ON audit_events (workspace_id, seq)",
+        ] {
+            exec(&store, sql).await;
+        }
+        assert_eq!(verify(&store, VERIFY_PAGE).await, ok, "control: rebuilt");
+        for seq in [300, 256, 768] {
+            exec(
+                &store,
+                &format!("INSERT INTO audit_events SELECT * FROM audit_events WHERE seq = {seq}"),
+            )
+            .await;
+            let v = verify(&store, VERIFY_PAGE).await;
+            assert_eq!(
+                (v.ok, v.first_bad_seq),
+                (false, Some(seq)),
+                "a second row {seq}"
+            );
+            exec(&store, &format!("DELETE FROM audit_events WHERE rowid = (SELECT MAX(rowid) FROM audit_events WHERE seq = {seq})")).await;
+            assert_eq!(verify(&store, VERIFY_PAGE).await, ok, "{seq} removed again");
         }
     }
 }

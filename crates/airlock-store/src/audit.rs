@@ -45,7 +45,7 @@ pub struct AuditPages {
     rx: tokio::sync::mpsc::Receiver<Result<AuditRowsPage>>,
 }
 
-/// Pages read ahead of the one being checked (each about `limit` lines).
+/// Pages read ahead of the one being checked (each up to `limit` lines).
 const PAGES_AHEAD: usize = 2;
 
 /// Rows of the first page [`Store::audit_pages`] reads; each page after it
@@ -55,9 +55,67 @@ const PAGES_AHEAD: usize = 2;
 /// verified in about 100 ms.
 const FIRST_PAGE: i64 = 256;
 
-/// The rows the page after one of `asked` rows asks for (`limit` at most).
-fn next_page_size(asked: i64, limit: i64) -> i64 {
-    asked.saturating_mul(2).min(limit)
+/// Where each page of [`Store::audit_pages`] starts, and how many rows it
+/// asks for ([`FIRST_PAGE`], then twice the page before, up to `limit`).
+///
+/// A page after the first starts at the last `seq` of the page before,
+/// inclusive, and leaves out its first row when that is the row already
+/// handed out. Had it started after that `seq`, a second row with the same
+/// `seq` right after a page break would never be read: a table rebuilt
+/// without its primary key can hold one, and verification names it a
+/// duplicate only if it sees it.
+#[derive(Debug)]
+struct PageCursor {
+    /// Rows with a larger `seq` come next (when `seen` is `None`).
+    after: i64,
+    /// The `seq` the page before ended with.
+    seen: Option<i64>,
+    asked: i64,
+    limit: i64,
+}
+
+impl PageCursor {
+    fn new(after_seq: i64, limit: i64) -> Self {
+        Self {
+            after: after_seq,
+            seen: None,
+            asked: FIRST_PAGE.min(limit),
+            limit,
+        }
+    }
+
+    /// The next query's `seq > after` and `LIMIT`: one row more when it
+    /// starts at a row already handed out. `seq` is an integer, so
+    /// `seq > s - 1` is `seq >= s`.
+    fn query(&self) -> (i64, i64) {
+        match self.seen {
+            Some(seen) => (seen.saturating_sub(1), self.asked.saturating_add(1)),
+            None => (self.after, self.asked),
+        }
+    }
+
+    /// Takes the page the query gave: leaves out the row already handed
+    /// out, and says whether another page may follow (this one was full).
+    fn take(&mut self, page: &mut AuditRowsPage) -> bool {
+        let (_, asked) = self.query();
+        let (got, last) = (page.rows.len(), page.last_seq());
+        if self.seen.is_some() && page.rows.first().map(|r| r.seq) == self.seen {
+            page.rows.remove(0);
+        }
+        let Some(last) = last.filter(|_| i64::try_from(got) == Ok(asked)) else {
+            return false;
+        };
+        if self.seen == Some(last) {
+            // Every row had the `seq` seen before (and at least one of them
+            // was handed out): the next page starts after it, so the
+            // reading always moves on.
+            (self.after, self.seen) = (last, None);
+        } else {
+            self.seen = Some(last);
+        }
+        self.asked = self.asked.saturating_mul(2).min(self.limit);
+        true
+    }
 }
 
 impl AuditPages {
@@ -210,7 +268,9 @@ impl Store {
     /// after page), read ahead of the caller: verification hashes one page
     /// while the next ones are read. The first pages are smaller
     /// ([`FIRST_PAGE`] rows, doubling up to `limit`), so the caller can
-    /// start sooner.
+    /// start sooner; each page after the first starts at the row the one
+    /// before ended with, which it leaves out ([`PageCursor`]: a second row
+    /// with that `seq` is handed out, not skipped).
     ///
     /// On a SQLite file the pages are read on a thread of their own,
     /// through `rusqlite` (`sqlite_audit`: each line copied once, no
@@ -254,20 +314,16 @@ impl Store {
         } else {
             let (store, workspace) = (self.clone(), workspace.to_string());
             tokio::spawn(async move {
-                let (mut after, mut asked) = (after_seq, FIRST_PAGE.min(limit));
+                let mut cursor = PageCursor::new(after_seq, limit);
                 loop {
-                    let page = store.audit_rows_page(&workspace, after, asked).await;
-                    let next = match &page {
-                        Ok(p) if i64::try_from(p.len()) == Ok(asked) => p.last_seq(),
-                        _ => None,
+                    let (after, asked) = cursor.query();
+                    let mut page = store.audit_rows_page(&workspace, after, asked).await;
+                    let more = match &mut page {
+                        Ok(p) => cursor.take(p),
+                        Err(_) => false,
                     };
-                    asked = next_page_size(asked, limit);
-                    if tx.send(page).await.is_err() {
+                    if tx.send(page).await.is_err() || !more {
                         return;
-                    }
-                    match next {
-                        Some(last) => after = last,
-                        None => return,
                     }
                 }
             });
@@ -312,10 +368,11 @@ fn read_pages_from_file(
     limit: i64,
     tx: &tokio::sync::mpsc::Sender<Result<AuditRowsPage>>,
 ) {
-    let (mut after, mut asked) = (after_seq, FIRST_PAGE.min(limit));
-    // Each page's buffers are sized like the previous page's (and an
-    // eighth), so they are filled without growing, and copying, step by
-    // step.
+    let mut cursor = PageCursor::new(after_seq, limit);
+    // Each page's buffers are sized like the previous page's, and an
+    // eighth, or twice that while the pages still grow, so they are filled
+    // without growing, and copying, step by step (up to 64 MiB: a larger
+    // page grows as it is read).
     let (mut keys, mut lines, mut rows) = (0usize, 0usize, 0usize);
     loop {
         let mut page = AuditRowsPage {
@@ -323,27 +380,18 @@ fn read_pages_from_file(
             lines: String::with_capacity(lines),
             rows: Vec::with_capacity(rows),
         };
+        let (after, asked) = cursor.query();
         let read = reader.read_page(after, asked, &mut page);
-        let next = match &read {
-            Ok(()) if i64::try_from(page.len()) == Ok(asked) => page.last_seq(),
-            _ => None,
-        };
-        // Sized for twice the rows while the pages still grow.
-        let next_asked = next_page_size(asked, limit);
-        let grow = if next_asked > asked { 2 } else { 1 };
-        let room = |n: usize| n.saturating_add(n / 8).saturating_mul(grow);
+        let grow = if cursor.asked < cursor.limit { 2 } else { 1 };
+        let room = |n: usize| n.saturating_add(n / 8).saturating_mul(grow).min(1 << 26);
         (keys, lines, rows) = (
             room(page.keys.len()),
             room(page.lines.len()),
             room(page.rows.len()),
         );
-        asked = next_asked;
-        if tx.blocking_send(read.map(|()| page)).is_err() {
+        let more = read.is_ok() && cursor.take(&mut page);
+        if tx.blocking_send(read.map(|()| page)).is_err() || !more {
             return;
-        }
-        match next {
-            Some(last) => after = last,
-            None => return,
         }
     }
 }

@@ -176,7 +176,8 @@ both!(aud_4_audit_rows_page_a_chain_with_its_key_columns);
 
 /// The pages `audit_pages` reads ahead (on SQLite through `rusqlite`,
 /// on PostgreSQL through the driver) are the pages `audit_rows_page` gives,
-/// one after the other, with lines that hold tabs, newlines, control and
+/// one after the other (a chain shorter than the first page's 256 rows, so
+/// every page asks for `limit` rows), with lines that hold tabs, newlines, control and
 /// multi-byte characters, an empty line, one longer than a database page,
 /// and another workspace's row in between.
 async fn aud_4_audit_pages_read_ahead_are_the_rows_page_after_page(store: Store) {
