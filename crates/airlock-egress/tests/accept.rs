@@ -12,7 +12,8 @@
 //! (`127.A.B.C`, from this process's id and a counter), not to 127.0.0.1. A port freed by a
 //! stopped listener may be handed to another process on the machine at once, but that
 //! process binds its own address (127.0.0.1, say), so a connection to this listener's address
-//! and port is still refused; only a socket bound to every address (0.0.0.0) could answer it.
+//! and port is still refused; only a socket bound to every address (0.0.0.0, or :: taking
+//! IPv4 too) could answer it.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::io::{ErrorKind, Read, Write};
