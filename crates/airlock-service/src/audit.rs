@@ -76,6 +76,11 @@ pub(crate) async fn verify_rows(
     // hash depends only on its own bytes); then the sequence, links and key
     // columns are checked in order, exactly as one line at a time.
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    // From the start, the rows whose `seq` column is zero or negative are
+    // read too (all but one at exactly `i64::MIN`: the pages ask for `seq`
+    // after a bound): airlock never writes one, verification refuses it,
+    // and a first page after 0 would never see it.
+    let after = if after <= 0 { i64::MIN } else { after };
     let mut pages = store.audit_pages(workspace, after, page).await.svc()?;
     while let Some(rows) = pages.next().await.svc()? {
         let rows: Vec<AuditRowRef<'_>> = rows.rows().collect();
@@ -487,6 +492,18 @@ mod tests {
             let undo = format!(
                 "DELETE FROM audit_events WHERE rowid = (SELECT MAX(rowid) FROM audit_events WHERE seq = {seq})"
             );
+            sqlx::query(&undo).execute(&mut attacker).await.unwrap();
+            assert_eq!(verify(&store, VERIFY_PAGE).await, ok, "{seq} removed again");
+        }
+        // A copy of a row under a `seq` no page after 0 would read.
+        for seq in [0, -7, i64::MIN + 1] {
+            let copy = format!(
+                "INSERT INTO audit_events (workspace_id, seq, line, hash) SELECT workspace_id, {seq}, line, hash FROM audit_events WHERE seq = 5"
+            );
+            sqlx::query(&copy).execute(&mut attacker).await.unwrap();
+            let v = verify(&store, VERIFY_PAGE).await;
+            assert!(!v.ok, "a copy under seq {seq}: {v:?}");
+            let undo = format!("DELETE FROM audit_events WHERE seq = {seq}");
             sqlx::query(&undo).execute(&mut attacker).await.unwrap();
             assert_eq!(verify(&store, VERIFY_PAGE).await, ok, "{seq} removed again");
         }
